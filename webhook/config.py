@@ -1,0 +1,385 @@
+"""Settings: one frozen object built from a config file, the environment and flags.
+
+Precedence: flags > environment (SIDECAR_DEBUG_<FIELD>) > config file > defaults. Everything is
+validated at start-up; a bad value raises SettingsError naming the field, so a misconfigured
+webhook fails before it takes traffic rather than on the first pod.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from webhook import constants
+
+# Capabilities the Pod Security "baseline" level lets a container add; anything else is a grant.
+BASELINE_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+        "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+    }
+)  # fmt: skip
+TECHNIQUES = frozenset({"perf", "lttng", "bcc"})
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+
+
+class SettingsError(ValueError):
+    """A setting, profile or file is invalid; the message names the field and the problem."""
+
+
+@dataclass(frozen=True)
+class SharedVolume:
+    """An emptyDir mounted at the same path in the sidecar and in every app container."""
+
+    name: str
+    mount_path: str
+
+
+@dataclass(frozen=True)
+class HostPathVolume:
+    """A read-only hostPath mounted in the sidecar only (kernel headers for BCC)."""
+
+    name: str
+    path: str
+    type: str = ""
+
+
+@dataclass(frozen=True)
+class EnvHint:
+    """One environment variable an app container gets for a runtime (see profiles.yaml)."""
+
+    name: str
+    technique: str
+    value: str | None = None
+    append: str | None = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    techniques: frozenset[str]
+    security_context: Mapping[str, Any]
+    shared_volumes: tuple[SharedVolume, ...] = ()
+    host_paths: tuple[HostPathVolume, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    share_process_namespace: bool = True
+
+    @property
+    def privilege_reasons(self) -> tuple[str, ...]:
+        """Why this profile needs an RBAC grant; empty when it is within Pod Security baseline."""
+        reasons: list[str] = []
+        sc = self.security_context
+        if sc.get("privileged"):
+            reasons.append("privileged container")
+        added = set((sc.get("capabilities") or {}).get("add") or ())
+        beyond = sorted(cap for cap in added if cap.removeprefix("CAP_") not in BASELINE_CAPABILITIES)
+        if beyond:
+            reasons.append("capabilities " + ", ".join(beyond))
+        if self.host_paths:
+            reasons.append("hostPath " + ", ".join(h.path for h in self.host_paths))
+        if sc.get("allowPrivilegeEscalation") is True:
+            reasons.append("allowPrivilegeEscalation")
+        return tuple(reasons)
+
+    @property
+    def requires_grant(self) -> bool:
+        return bool(self.privilege_reasons)
+
+
+@dataclass(frozen=True)
+class ProfileSet:
+    profiles: Mapping[str, Profile]
+    runtimes: Mapping[str, tuple[EnvHint, ...]]
+
+
+def _require(cond: bool, where: str, problem: str) -> None:
+    if not cond:
+        raise SettingsError(f"{where}: {problem}")
+
+
+def _parse_profile(raw: Any, where: str) -> Profile:
+    _require(isinstance(raw, dict), where, "must be a mapping")
+    known = {"name", "description", "techniques", "securityContext", "sharedVolumes",
+             "hostPaths", "env", "shareProcessNamespace"}  # fmt: skip
+    unknown = sorted(set(raw) - known)
+    _require(not unknown, where, f"unknown field(s) {unknown}; known: {sorted(known)}")
+    name = raw.get("name")
+    _require(isinstance(name, str) and bool(_DNS_LABEL.match(name)), f"{where}.name",
+             f"must be a DNS label (lower-case letters, digits, '-'), got {name!r}")  # fmt: skip
+    techniques = raw.get("techniques") or []
+    _require(isinstance(techniques, list) and set(techniques) <= TECHNIQUES,
+             f"{where}.techniques", f"must be a list drawn from {sorted(TECHNIQUES)}")  # fmt: skip
+    security_context = raw.get("securityContext") or {}
+    _require(isinstance(security_context, dict), f"{where}.securityContext", "must be a mapping")
+    shared: list[SharedVolume] = []
+    for i, vol in enumerate(raw.get("sharedVolumes") or []):
+        w = f"{where}.sharedVolumes[{i}]"
+        _require(isinstance(vol, dict) and isinstance(vol.get("name"), str)
+                 and isinstance(vol.get("mountPath"), str), w, "needs string name and mountPath")  # fmt: skip
+        _require(bool(_DNS_LABEL.match(vol["name"])), f"{w}.name", "must be a DNS label")
+        _require(vol["mountPath"].startswith("/"), f"{w}.mountPath", "must be an absolute path")
+        shared.append(SharedVolume(vol["name"], vol["mountPath"].rstrip("/") or "/"))
+    host_paths: list[HostPathVolume] = []
+    for i, vol in enumerate(raw.get("hostPaths") or []):
+        w = f"{where}.hostPaths[{i}]"
+        _require(isinstance(vol, dict) and isinstance(vol.get("name"), str)
+                 and isinstance(vol.get("path"), str), w, "needs string name and path")  # fmt: skip
+        _require(bool(_DNS_LABEL.match(vol["name"])), f"{w}.name", "must be a DNS label")
+        _require(vol["path"].startswith("/"), f"{w}.path", "must be an absolute path")
+        host_paths.append(HostPathVolume(vol["name"], vol["path"], str(vol.get("type", ""))))
+    env: list[tuple[str, str]] = []
+    for i, item in enumerate(raw.get("env") or []):
+        w = f"{where}.env[{i}]"
+        _require(isinstance(item, dict) and isinstance(item.get("name"), str)
+                 and isinstance(item.get("value"), str), w, "needs string name and value")  # fmt: skip
+        env.append((item["name"], item["value"]))
+    share = raw.get("shareProcessNamespace", True)
+    _require(isinstance(share, bool), f"{where}.shareProcessNamespace", "must be true or false")
+    return Profile(
+        name=name,
+        description=str(raw.get("description", "")),
+        techniques=frozenset(techniques),
+        security_context=security_context,
+        shared_volumes=tuple(shared),
+        host_paths=tuple(host_paths),
+        env=tuple(env),
+        share_process_namespace=share,
+    )
+
+
+def _parse_runtimes(raw: Any, where: str) -> dict[str, tuple[EnvHint, ...]]:
+    _require(isinstance(raw, dict), where, "must be a mapping of runtime name to {env: [...]}")
+    runtimes: dict[str, tuple[EnvHint, ...]] = {}
+    for runtime, spec in raw.items():
+        w = f"{where}.{runtime}"
+        _require(isinstance(spec, dict) and isinstance(spec.get("env", []), list), w,
+                 "must be a mapping with an env list")  # fmt: skip
+        hints: list[EnvHint] = []
+        for i, item in enumerate(spec.get("env", [])):
+            wi = f"{w}.env[{i}]"
+            _require(isinstance(item, dict), wi, "must be a mapping")
+            name, value, append = item.get("name"), item.get("value"), item.get("append")
+            _require(isinstance(name, str) and bool(_ENV_NAME.match(name)), f"{wi}.name",
+                     "must be a valid environment variable name")  # fmt: skip
+            _require((value is None) != (append is None), wi, "needs exactly one of value, append")
+            _require(isinstance(value or append, str), wi, "value/append must be a string")
+            technique = item.get("technique")
+            _require(technique in TECHNIQUES, f"{wi}.technique", f"must be one of {sorted(TECHNIQUES)}")
+            hints.append(EnvHint(name=name, technique=technique, value=value, append=append))
+        runtimes[str(runtime)] = tuple(hints)
+    return runtimes
+
+
+def parse_profile_set(document: Any, source: str) -> ProfileSet:
+    """Validate a ProfileSet document; errors name `source` and the path inside it."""
+    _require(isinstance(document, dict), source, "must be a mapping with `profiles`")
+    _require(document.get("kind", "ProfileSet") == "ProfileSet", f"{source}: kind", "must be ProfileSet")
+    raw_profiles = document.get("profiles")
+    _require(isinstance(raw_profiles, list) and bool(raw_profiles), f"{source}: profiles",
+             "must be a non-empty list")  # fmt: skip
+    profiles: dict[str, Profile] = {}
+    for i, raw in enumerate(raw_profiles):
+        profile = _parse_profile(raw, f"{source}: profiles[{i}]")
+        _require(profile.name not in profiles, f"{source}: profiles[{i}].name",
+                 f"duplicate profile {profile.name!r}")  # fmt: skip
+        profiles[profile.name] = profile
+    runtimes = _parse_runtimes(document.get("runtimes") or {}, f"{source}: runtimes")
+    return ProfileSet(profiles=profiles, runtimes=runtimes)
+
+
+def load_profile_set(path: str | None) -> ProfileSet:
+    """The profiles file at `path`, or the built-in one when `path` is None."""
+    if path is None:
+        text = resources.files("webhook").joinpath("data/profiles.yaml").read_text()
+        source = "built-in profiles.yaml"
+    else:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise SettingsError(f"profilesFile: cannot read {path}: {exc.strerror}") from exc
+        source = path
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"{source}: not valid YAML: {exc}") from exc
+    return parse_profile_set(document, source)
+
+
+_DEFAULT_RESOURCES: Mapping[str, Any] = {
+    "requests": {"cpu": "10m", "memory": "32Mi"},
+    "limits": {"memory": "1Gi"},
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the webhook and `inject` need; built once, never mutated."""
+
+    toolset_image: str = "sidecar-debug/toolset:0.1.0"
+    image_pull_policy: str = "IfNotPresent"
+    sidecar_name: str = "debug-toolset"
+    # The toolset's entrypoint starts the LTTng session daemon, then idles; with
+    # `--wait-ready` it returns once the daemon is up (used as the postStart hook).
+    sidecar_command: tuple[str, ...] = ("toolset-entrypoint",)
+    sidecar_ready_command: tuple[str, ...] = ("toolset-entrypoint", "--wait-ready")
+    sidecar_resources: Mapping[str, Any] = field(default_factory=lambda: dict(_DEFAULT_RESOURCES))
+    # A native sidecar (init container with restartPolicy Always, Kubernetes >= 1.29) instead
+    # of the first app container with a postStart wait.
+    native_sidecar: bool = False
+    default_profile: str = "full"
+    profiles_file: str | None = None
+    profile_set: ProfileSet = field(default_factory=lambda: load_profile_set(None))
+    excluded_namespaces: frozenset[str] = constants.ALWAYS_EXCLUDED_NAMESPACES
+    webhook_namespace: str | None = None
+    label_key: str = constants.LABEL_DEBUG
+    label_enabled: str = constants.LABEL_VALUE_ENABLED
+    label_disabled: str = constants.LABEL_VALUE_DISABLED
+    policy_path: str | None = None
+    # Server.
+    port: int = 8443
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    max_request_bytes: int = 6 * 1024 * 1024
+    log_level: str = "INFO"
+    # Policy's SubjectAccessReview calls must finish well inside the webhook's own timeout.
+    sar_timeout_seconds: float = 2.0
+    sar_cache_seconds: float = 10.0
+    # Certificates (see webhook.certs).
+    certificates_mode: str = "provided"
+    certificates_secret: str = "sidecar-debug-tls"
+    service_name: str = "sidecar-debug"
+    webhook_configuration: str = "sidecar-debug"
+    cluster_domain: str = "cluster.local"
+
+    @property
+    def profiles(self) -> Mapping[str, Profile]:
+        return self.profile_set.profiles
+
+    def namespace_excluded(self, namespace: str) -> bool:
+        return namespace in self.excluded_namespaces or namespace == self.webhook_namespace
+
+
+_FIELD_TYPES = {f.name: f for f in dataclasses.fields(Settings)}
+_DERIVED = {"profile_set"}
+_CHOICES = {
+    "image_pull_policy": ("Always", "IfNotPresent", "Never"),
+    "certificates_mode": ("self", "certManager", "provided"),
+    "log_level": ("DEBUG", "INFO", "WARNING", "ERROR"),
+}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+_BY_CAMEL = {_camel(name): name for name in _FIELD_TYPES if name not in _DERIVED}
+
+
+def _coerce(name: str, value: Any, source: str) -> Any:
+    """Convert `value` (from YAML, env or a flag) to the field's type or raise naming the field."""
+    where = f"{source}: {_camel(name)}"
+    default = getattr(Settings(), name) if name != "profile_set" else None
+    try:
+        if name in ("sidecar_command", "sidecar_ready_command"):
+            if isinstance(value, str):
+                value = json.loads(value) if value.startswith("[") else value.split()
+            _require(isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+                     and len(value) > 0, where, "must be a non-empty list of strings")  # fmt: skip
+            return tuple(value)
+        if name == "excluded_namespaces":
+            if isinstance(value, str):
+                value = [v.strip() for v in value.split(",") if v.strip()]
+            _require(isinstance(value, list | tuple | frozenset | set), where, "must be a list")
+            return frozenset(value) | constants.ALWAYS_EXCLUDED_NAMESPACES
+        if name == "sidecar_resources":
+            if isinstance(value, str):
+                value = json.loads(value)
+            _require(isinstance(value, dict) and set(value) <= {"requests", "limits"}, where,
+                     "must be a mapping with requests and/or limits")  # fmt: skip
+            return value
+        if isinstance(default, bool):
+            if isinstance(value, str):
+                _require(value.lower() in ("true", "false", "1", "0"), where, "must be true or false")
+                return value.lower() in ("true", "1")
+            _require(isinstance(value, bool), where, "must be true or false")
+            return value
+        if isinstance(default, int):
+            _require(not isinstance(value, bool), where, "must be an integer")
+            return int(value)
+        if isinstance(default, float):
+            _require(not isinstance(value, bool), where, "must be a number")
+            return float(value)
+        if value is None:
+            return None
+        _require(isinstance(value, str | int), where, "must be a string")
+        return str(value)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, SettingsError):
+            raise
+        raise SettingsError(f"{where}: cannot use {value!r}: {exc}") from exc
+
+
+def load_settings(
+    config_file: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Build and validate Settings. `overrides` are flag values by field name (None = unset)."""
+    values: dict[str, Any] = {}
+    environ = os.environ if environ is None else environ
+    config_file = config_file or environ.get(constants.ENV_PREFIX + "CONFIG")
+    if config_file:
+        try:
+            document = yaml.safe_load(Path(config_file).read_text()) or {}
+        except OSError as exc:
+            raise SettingsError(f"config file {config_file}: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise SettingsError(f"config file {config_file}: not valid YAML: {exc}") from exc
+        _require(isinstance(document, dict), config_file, "must be a mapping of settings")
+        for key, value in document.items():
+            _require(key in _BY_CAMEL, f"{config_file}: {key}",
+                     f"unknown setting; known: {', '.join(sorted(_BY_CAMEL))}")  # fmt: skip
+            values[_BY_CAMEL[key]] = _coerce(_BY_CAMEL[key], value, config_file)
+    for name in _FIELD_TYPES:
+        env_name = constants.ENV_PREFIX + name.upper()
+        if name not in _DERIVED and env_name in environ:
+            values[name] = _coerce(name, environ[env_name], f"environment {env_name}")
+    for name, value in (overrides or {}).items():
+        if value is not None:
+            _require(name in _FIELD_TYPES and name not in _DERIVED, name, "unknown setting")
+            values[name] = _coerce(name, value, "flag")
+    values["profile_set"] = load_profile_set(values.get("profiles_file"))
+    settings = Settings(**values)
+    validate(settings)
+    return settings
+
+
+def validate(settings: Settings) -> None:
+    for name, choices in _CHOICES.items():
+        value = getattr(settings, name)
+        _require(value in choices, _camel(name), f"must be one of {', '.join(choices)}, got {value!r}")
+    _require(bool(_DNS_LABEL.match(settings.sidecar_name)), "sidecarName",
+             f"must be a DNS label, got {settings.sidecar_name!r}")  # fmt: skip
+    _require(bool(settings.toolset_image.strip()), "toolsetImage", "must not be empty")
+    _require(settings.default_profile in settings.profiles, "defaultProfile",
+             f"{settings.default_profile!r} is not a profile; known: "
+             f"{', '.join(sorted(settings.profiles))}")  # fmt: skip
+    _require(1 <= settings.port <= 65535, "port", f"must be 1..65535, got {settings.port}")
+    _require((settings.tls_cert_file is None) == (settings.tls_key_file is None), "tlsCertFile",
+             "tlsCertFile and tlsKeyFile go together")  # fmt: skip
+    _require(settings.max_request_bytes > 0, "maxRequestBytes", "must be positive")
+    _require(0 < settings.sar_timeout_seconds <= 10, "sarTimeoutSeconds", "must be in (0, 10]")
+    for key in ("label_key", "label_enabled", "label_disabled"):
+        _require(bool(getattr(settings, key)), _camel(key), "must not be empty")

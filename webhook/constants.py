@@ -1,0 +1,44 @@
+"""Every label, annotation and RBAC name the project reads or writes, in one place.
+
+Other modules import these names; a key spelled inline anywhere else is a bug.
+"""
+
+from typing import Final
+
+DOMAIN: Final = "sidecar-debug.io"
+
+# Opt in / opt out (the key and values are settings; these are the defaults).
+LABEL_DEBUG: Final = "debug"
+LABEL_VALUE_ENABLED: Final = "enabled"
+LABEL_VALUE_DISABLED: Final = "disabled"
+
+# Per-pod annotations a user sets.
+ANNOTATION_INJECT: Final = f"{DOMAIN}/inject"  # "false" opts the pod out
+ANNOTATION_PROFILE: Final = f"{DOMAIN}/profile"  # lttng | perf | bcc | full | a custom profile
+ANNOTATION_RUNTIME: Final = f"{DOMAIN}/runtime"  # dotnet | node | python | java
+ANNOTATION_TOOLSET_IMAGE: Final = f"{DOMAIN}/toolset-image"  # honoured only if policy allows it
+
+# Annotations the webhook writes.
+ANNOTATION_STATUS: Final = f"{DOMAIN}/status"  # JSON: profile, grant, version; makes injection idempotent
+ANNOTATION_OVERDUE_AFTER: Final = f"{DOMAIN}/overdue-after"  # RFC 3339 time set by a policy's maxSessionDuration
+
+# Label the webhook's own namespace carries (kubernetes >= 1.21 sets it on every namespace).
+LABEL_NAMESPACE_NAME: Final = "kubernetes.io/metadata.name"
+
+# RBAC grant for privileged profiles (the PodSecurityPolicy "use" model).
+RBAC_GROUP: Final = DOMAIN
+RBAC_RESOURCE: Final = "debugprofiles"
+RBAC_VERB: Final = "use"
+NAMESPACE_OPT_IN_GRANT: Final = "namespace-opt-in"
+
+# Namespaces never injected, whatever their labels say.
+ALWAYS_EXCLUDED_NAMESPACES: Final = frozenset({"kube-system", "kube-public", "kube-node-lease"})
+
+# Keys of the AdmissionResponse auditAnnotations (the apiserver prefixes them with the webhook name).
+AUDIT_DECISION: Final = "decision"
+AUDIT_REASON: Final = "reason"
+AUDIT_PROFILE: Final = "profile"
+AUDIT_GRANT: Final = "grant"
+
+# Environment variable prefix for settings (SIDECAR_DEBUG_TOOLSET_IMAGE, ...).
+ENV_PREFIX: Final = "SIDECAR_DEBUG_"
