@@ -226,7 +226,7 @@ _DEFAULT_RESOURCES: Mapping[str, Any] = {
 class Settings:
     """Everything the webhook and `inject` need; built once, never mutated."""
 
-    toolset_image: str = "sidecar-debug/toolset:0.1.0"
+    toolset_image: str = "ghcr.io/sidecar-debug/toolset:0.1.0"
     image_pull_policy: str = "IfNotPresent"
     sidecar_name: str = "debug-toolset"
     # The toolset's entrypoint starts the LTTng session daemon, then idles; with
