@@ -110,7 +110,7 @@ def build_response(
 
 def decode_patch(review: Review) -> list[dict[str, Any]]:
     """The JSONPatch inside a response (tests and `inject` use it); [] when there is none."""
-    response = review.get("response") or {}
+    response: dict[str, Any] = dict(review.get("response") or {})
     encoded = response.get("patch")
     if not encoded:
         return []

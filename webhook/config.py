@@ -24,10 +24,21 @@ from webhook import constants
 # Capabilities the Pod Security "baseline" level lets a container add; anything else is a grant.
 BASELINE_CAPABILITIES = frozenset(
     {
-        "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
-        "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
     }
-)  # fmt: skip
+)
 TECHNIQUES = frozenset({"perf", "lttng", "bcc"})
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
@@ -83,7 +94,9 @@ class Profile:
         if sc.get("privileged"):
             reasons.append("privileged container")
         added = set((sc.get("capabilities") or {}).get("add") or ())
-        beyond = sorted(cap for cap in added if cap.removeprefix("CAP_") not in BASELINE_CAPABILITIES)
+        beyond = sorted(
+            cap for cap in added if cap.removeprefix("CAP_") not in BASELINE_CAPABILITIES
+        )
         if beyond:
             reasons.append("capabilities " + ", ".join(beyond))
         if self.host_paths:
@@ -110,39 +123,68 @@ def _require(cond: bool, where: str, problem: str) -> None:
 
 def _parse_profile(raw: Any, where: str) -> Profile:
     _require(isinstance(raw, dict), where, "must be a mapping")
-    known = {"name", "description", "techniques", "securityContext", "sharedVolumes",
-             "hostPaths", "env", "shareProcessNamespace"}  # fmt: skip
+    known = {
+        "name",
+        "description",
+        "techniques",
+        "securityContext",
+        "sharedVolumes",
+        "hostPaths",
+        "env",
+        "shareProcessNamespace",
+    }
     unknown = sorted(set(raw) - known)
     _require(not unknown, where, f"unknown field(s) {unknown}; known: {sorted(known)}")
     name = raw.get("name")
-    _require(isinstance(name, str) and bool(_DNS_LABEL.match(name)), f"{where}.name",
-             f"must be a DNS label (lower-case letters, digits, '-'), got {name!r}")  # fmt: skip
+    _require(
+        isinstance(name, str) and bool(_DNS_LABEL.match(name)),
+        f"{where}.name",
+        f"must be a DNS label (lower-case letters, digits, '-'), got {name!r}",
+    )
     techniques = raw.get("techniques") or []
-    _require(isinstance(techniques, list) and set(techniques) <= TECHNIQUES,
-             f"{where}.techniques", f"must be a list drawn from {sorted(TECHNIQUES)}")  # fmt: skip
+    _require(
+        isinstance(techniques, list) and set(techniques) <= TECHNIQUES,
+        f"{where}.techniques",
+        f"must be a list drawn from {sorted(TECHNIQUES)}",
+    )
     security_context = raw.get("securityContext") or {}
     _require(isinstance(security_context, dict), f"{where}.securityContext", "must be a mapping")
     shared: list[SharedVolume] = []
     for i, vol in enumerate(raw.get("sharedVolumes") or []):
         w = f"{where}.sharedVolumes[{i}]"
-        _require(isinstance(vol, dict) and isinstance(vol.get("name"), str)
-                 and isinstance(vol.get("mountPath"), str), w, "needs string name and mountPath")  # fmt: skip
+        _require(
+            isinstance(vol, dict)
+            and isinstance(vol.get("name"), str)
+            and isinstance(vol.get("mountPath"), str),
+            w,
+            "needs string name and mountPath",
+        )
         _require(bool(_DNS_LABEL.match(vol["name"])), f"{w}.name", "must be a DNS label")
         _require(vol["mountPath"].startswith("/"), f"{w}.mountPath", "must be an absolute path")
         shared.append(SharedVolume(vol["name"], vol["mountPath"].rstrip("/") or "/"))
     host_paths: list[HostPathVolume] = []
     for i, vol in enumerate(raw.get("hostPaths") or []):
         w = f"{where}.hostPaths[{i}]"
-        _require(isinstance(vol, dict) and isinstance(vol.get("name"), str)
-                 and isinstance(vol.get("path"), str), w, "needs string name and path")  # fmt: skip
+        _require(
+            isinstance(vol, dict)
+            and isinstance(vol.get("name"), str)
+            and isinstance(vol.get("path"), str),
+            w,
+            "needs string name and path",
+        )
         _require(bool(_DNS_LABEL.match(vol["name"])), f"{w}.name", "must be a DNS label")
         _require(vol["path"].startswith("/"), f"{w}.path", "must be an absolute path")
         host_paths.append(HostPathVolume(vol["name"], vol["path"], str(vol.get("type", ""))))
     env: list[tuple[str, str]] = []
     for i, item in enumerate(raw.get("env") or []):
         w = f"{where}.env[{i}]"
-        _require(isinstance(item, dict) and isinstance(item.get("name"), str)
-                 and isinstance(item.get("value"), str), w, "needs string name and value")  # fmt: skip
+        _require(
+            isinstance(item, dict)
+            and isinstance(item.get("name"), str)
+            and isinstance(item.get("value"), str),
+            w,
+            "needs string name and value",
+        )
         env.append((item["name"], item["value"]))
     share = raw.get("shareProcessNamespace", True)
     _require(isinstance(share, bool), f"{where}.shareProcessNamespace", "must be true or false")
@@ -163,19 +205,27 @@ def _parse_runtimes(raw: Any, where: str) -> dict[str, tuple[EnvHint, ...]]:
     runtimes: dict[str, tuple[EnvHint, ...]] = {}
     for runtime, spec in raw.items():
         w = f"{where}.{runtime}"
-        _require(isinstance(spec, dict) and isinstance(spec.get("env", []), list), w,
-                 "must be a mapping with an env list")  # fmt: skip
+        _require(
+            isinstance(spec, dict) and isinstance(spec.get("env", []), list),
+            w,
+            "must be a mapping with an env list",
+        )
         hints: list[EnvHint] = []
         for i, item in enumerate(spec.get("env", [])):
             wi = f"{w}.env[{i}]"
             _require(isinstance(item, dict), wi, "must be a mapping")
             name, value, append = item.get("name"), item.get("value"), item.get("append")
-            _require(isinstance(name, str) and bool(_ENV_NAME.match(name)), f"{wi}.name",
-                     "must be a valid environment variable name")  # fmt: skip
+            _require(
+                isinstance(name, str) and bool(_ENV_NAME.match(name)),
+                f"{wi}.name",
+                "must be a valid environment variable name",
+            )
             _require((value is None) != (append is None), wi, "needs exactly one of value, append")
             _require(isinstance(value or append, str), wi, "value/append must be a string")
             technique = item.get("technique")
-            _require(technique in TECHNIQUES, f"{wi}.technique", f"must be one of {sorted(TECHNIQUES)}")
+            _require(
+                technique in TECHNIQUES, f"{wi}.technique", f"must be one of {sorted(TECHNIQUES)}"
+            )
             hints.append(EnvHint(name=name, technique=technique, value=value, append=append))
         runtimes[str(runtime)] = tuple(hints)
     return runtimes
@@ -184,15 +234,23 @@ def _parse_runtimes(raw: Any, where: str) -> dict[str, tuple[EnvHint, ...]]:
 def parse_profile_set(document: Any, source: str) -> ProfileSet:
     """Validate a ProfileSet document; errors name `source` and the path inside it."""
     _require(isinstance(document, dict), source, "must be a mapping with `profiles`")
-    _require(document.get("kind", "ProfileSet") == "ProfileSet", f"{source}: kind", "must be ProfileSet")
+    _require(
+        document.get("kind", "ProfileSet") == "ProfileSet", f"{source}: kind", "must be ProfileSet"
+    )
     raw_profiles = document.get("profiles")
-    _require(isinstance(raw_profiles, list) and bool(raw_profiles), f"{source}: profiles",
-             "must be a non-empty list")  # fmt: skip
+    _require(
+        isinstance(raw_profiles, list) and bool(raw_profiles),
+        f"{source}: profiles",
+        "must be a non-empty list",
+    )
     profiles: dict[str, Profile] = {}
     for i, raw in enumerate(raw_profiles):
         profile = _parse_profile(raw, f"{source}: profiles[{i}]")
-        _require(profile.name not in profiles, f"{source}: profiles[{i}].name",
-                 f"duplicate profile {profile.name!r}")  # fmt: skip
+        _require(
+            profile.name not in profiles,
+            f"{source}: profiles[{i}].name",
+            f"duplicate profile {profile.name!r}",
+        )
         profiles[profile.name] = profile
     runtimes = _parse_runtimes(document.get("runtimes") or {}, f"{source}: runtimes")
     return ProfileSet(profiles=profiles, runtimes=runtimes)
@@ -246,8 +304,14 @@ class Settings:
     label_enabled: str = constants.LABEL_VALUE_ENABLED
     label_disabled: str = constants.LABEL_VALUE_DISABLED
     policy_path: str | None = None
+    # ClusterRoles granting `use` on a profile are named PREFIX + profile (the chart's naming).
+    profile_role_prefix: str = "sidecar-debug-profile-"
     # Server.
     port: int = 8443
+    bind_address: str = "0.0.0.0"  # noqa: S104 - a webhook must be reachable through its Service
+    # gunicorn: worker processes, and threads per worker (gthread); see docs/performance.md.
+    workers: int = 2
+    threads: int = 4
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     max_request_bytes: int = 6 * 1024 * 1024
@@ -257,7 +321,7 @@ class Settings:
     sar_cache_seconds: float = 10.0
     # Certificates (see webhook.certs).
     certificates_mode: str = "provided"
-    certificates_secret: str = "sidecar-debug-tls"
+    certificates_secret: str = "sidecar-debug-tls"  # noqa: S105 - a Secret name, not a secret
     service_name: str = "sidecar-debug"
     webhook_configuration: str = "sidecar-debug"
     cluster_domain: str = "cluster.local"
@@ -295,8 +359,13 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         if name in ("sidecar_command", "sidecar_ready_command"):
             if isinstance(value, str):
                 value = json.loads(value) if value.startswith("[") else value.split()
-            _require(isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
-                     and len(value) > 0, where, "must be a non-empty list of strings")  # fmt: skip
+            _require(
+                isinstance(value, list | tuple)
+                and all(isinstance(v, str) for v in value)
+                and len(value) > 0,
+                where,
+                "must be a non-empty list of strings",
+            )
             return tuple(value)
         if name == "excluded_namespaces":
             if isinstance(value, str):
@@ -306,12 +375,17 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         if name == "sidecar_resources":
             if isinstance(value, str):
                 value = json.loads(value)
-            _require(isinstance(value, dict) and set(value) <= {"requests", "limits"}, where,
-                     "must be a mapping with requests and/or limits")  # fmt: skip
+            _require(
+                isinstance(value, dict) and set(value) <= {"requests", "limits"},
+                where,
+                "must be a mapping with requests and/or limits",
+            )
             return value
         if isinstance(default, bool):
             if isinstance(value, str):
-                _require(value.lower() in ("true", "false", "1", "0"), where, "must be true or false")
+                _require(
+                    value.lower() in ("true", "false", "1", "0"), where, "must be true or false"
+                )
                 return value.lower() in ("true", "1")
             _require(isinstance(value, bool), where, "must be true or false")
             return value
@@ -349,8 +423,11 @@ def load_settings(
             raise SettingsError(f"config file {config_file}: not valid YAML: {exc}") from exc
         _require(isinstance(document, dict), config_file, "must be a mapping of settings")
         for key, value in document.items():
-            _require(key in _BY_CAMEL, f"{config_file}: {key}",
-                     f"unknown setting; known: {', '.join(sorted(_BY_CAMEL))}")  # fmt: skip
+            _require(
+                key in _BY_CAMEL,
+                f"{config_file}: {key}",
+                f"unknown setting; known: {', '.join(sorted(_BY_CAMEL))}",
+            )
             values[_BY_CAMEL[key]] = _coerce(_BY_CAMEL[key], value, config_file)
     for name in _FIELD_TYPES:
         env_name = constants.ENV_PREFIX + name.upper()
@@ -369,16 +446,29 @@ def load_settings(
 def validate(settings: Settings) -> None:
     for name, choices in _CHOICES.items():
         value = getattr(settings, name)
-        _require(value in choices, _camel(name), f"must be one of {', '.join(choices)}, got {value!r}")
-    _require(bool(_DNS_LABEL.match(settings.sidecar_name)), "sidecarName",
-             f"must be a DNS label, got {settings.sidecar_name!r}")  # fmt: skip
+        _require(
+            value in choices, _camel(name), f"must be one of {', '.join(choices)}, got {value!r}"
+        )
+    _require(
+        bool(_DNS_LABEL.match(settings.sidecar_name)),
+        "sidecarName",
+        f"must be a DNS label, got {settings.sidecar_name!r}",
+    )
     _require(bool(settings.toolset_image.strip()), "toolsetImage", "must not be empty")
-    _require(settings.default_profile in settings.profiles, "defaultProfile",
-             f"{settings.default_profile!r} is not a profile; known: "
-             f"{', '.join(sorted(settings.profiles))}")  # fmt: skip
+    _require(
+        settings.default_profile in settings.profiles,
+        "defaultProfile",
+        f"{settings.default_profile!r} is not a profile; known: "
+        f"{', '.join(sorted(settings.profiles))}",
+    )
     _require(1 <= settings.port <= 65535, "port", f"must be 1..65535, got {settings.port}")
-    _require((settings.tls_cert_file is None) == (settings.tls_key_file is None), "tlsCertFile",
-             "tlsCertFile and tlsKeyFile go together")  # fmt: skip
+    _require(
+        (settings.tls_cert_file is None) == (settings.tls_key_file is None),
+        "tlsCertFile",
+        "tlsCertFile and tlsKeyFile go together",
+    )
+    _require(1 <= settings.workers <= 64, "workers", f"must be 1..64, got {settings.workers}")
+    _require(1 <= settings.threads <= 256, "threads", f"must be 1..256, got {settings.threads}")
     _require(settings.max_request_bytes > 0, "maxRequestBytes", "must be positive")
     _require(0 < settings.sar_timeout_seconds <= 10, "sarTimeoutSeconds", "must be in (0, 10]")
     for key in ("label_key", "label_enabled", "label_disabled"):

@@ -19,8 +19,12 @@ ANNOTATION_RUNTIME: Final = f"{DOMAIN}/runtime"  # dotnet | node | python | java
 ANNOTATION_TOOLSET_IMAGE: Final = f"{DOMAIN}/toolset-image"  # honoured only if policy allows it
 
 # Annotations the webhook writes.
-ANNOTATION_STATUS: Final = f"{DOMAIN}/status"  # JSON: profile, grant, version; makes injection idempotent
-ANNOTATION_OVERDUE_AFTER: Final = f"{DOMAIN}/overdue-after"  # RFC 3339 time set by a policy's maxSessionDuration
+ANNOTATION_STATUS: Final = (
+    f"{DOMAIN}/status"  # JSON: profile, grant, version; makes injection idempotent
+)
+ANNOTATION_OVERDUE_AFTER: Final = (
+    f"{DOMAIN}/overdue-after"  # RFC 3339 time set by a policy's maxSessionDuration
+)
 
 # Label the webhook's own namespace carries (kubernetes >= 1.21 sets it on every namespace).
 LABEL_NAMESPACE_NAME: Final = "kubernetes.io/metadata.name"
@@ -34,7 +38,7 @@ NAMESPACE_OPT_IN_GRANT: Final = "namespace-opt-in"
 # Namespaces never injected, whatever their labels say.
 ALWAYS_EXCLUDED_NAMESPACES: Final = frozenset({"kube-system", "kube-public", "kube-node-lease"})
 
-# Keys of the AdmissionResponse auditAnnotations (the apiserver prefixes them with the webhook name).
+# AdmissionResponse auditAnnotations keys (the apiserver prefixes them with the webhook name).
 AUDIT_DECISION: Final = "decision"
 AUDIT_REASON: Final = "reason"
 AUDIT_PROFILE: Final = "profile"
