@@ -925,7 +925,7 @@ def prepare_serving_files(settings: Settings) -> tuple[str, str]:
 
 
 _maintenance_lock = threading.Lock()
-_maintenance_threads: dict[tuple[str, str], threading.Thread] = {}
+_maintenance_threads: dict[tuple[str, str], tuple[threading.Thread, threading.Event]] = {}
 
 
 def resync_seconds(environ: Mapping[str, str] | None = None) -> float:
@@ -948,14 +948,14 @@ def start_background_maintenance(
         return None
     with _maintenance_lock:
         existing = _maintenance_threads.get((cert_file, key_file))
-        if existing is not None and existing.is_alive():
-            return existing
+        if existing is not None and existing[0].is_alive():
+            return existing[0]
         the_manager = manager or SelfManager.from_settings(settings)
         period = resync_seconds() if interval is None else interval
+        stop = threading.Event()
 
         def loop() -> None:
-            while True:
-                time.sleep(period)
+            while not stop.wait(period):
                 try:
                     the_manager.run_once(cert_file, key_file)
                 except Exception:  # noqa: BLE001 - keep serving; the next round retries
@@ -963,8 +963,18 @@ def start_background_maintenance(
 
         thread = threading.Thread(target=loop, name="sidecar-debug-certs", daemon=True)
         thread.start()
-        _maintenance_threads[(cert_file, key_file)] = thread
+        _maintenance_threads[(cert_file, key_file)] = (thread, stop)
         return thread
+
+
+def stop_background_maintenance(timeout: float = 5.0) -> None:
+    """Stop every maintenance thread of this process (tests; shutdown)."""
+    with _maintenance_lock:
+        entries = list(_maintenance_threads.values())
+        _maintenance_threads.clear()
+    for thread, stop in entries:
+        stop.set()
+        thread.join(timeout)
 
 
 def _file_signature(*paths: str) -> str:
