@@ -251,7 +251,7 @@ problems come back as warnings (one per line) that NOTES.txt prints.
 {{- end -}}
 {{- end -}}
 {{- range (include "sidecar-debug.privilegedProfiles" . | fromYamlArray) -}}
-{{- if not (has . $.Values.rbac.profileRoles) -}}
+{{- if not (has . (default list $.Values.rbac.profileRoles)) -}}
 {{- $warnings = append $warnings (printf "profile %q needs an RBAC grant but rbac.profileRoles has no ClusterRole for it: add it, or create a role with verb use on debugprofiles.sidecar-debug.io resourceNames [%s] yourself." . .) -}}
 {{- end -}}
 {{- end -}}

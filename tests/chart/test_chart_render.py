@@ -1,0 +1,612 @@
+"""What the chart renders: webhook selectors, exclusions, RBAC, security, certificates, settings."""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.chart.helm import (
+    CHART,
+    FULLNAME,
+    KUBE_NEW,
+    KUBE_OLD,
+    NAMESPACE,
+    Manifest,
+    notes,
+    render,
+)
+from webhook.config import SettingsError, load_settings
+
+pytestmark = pytest.mark.chart
+
+CI = CHART / "ci"
+EXCLUDED = ["kube-system", "kube-public", "kube-node-lease", NAMESPACE]
+
+
+def ci(name: str) -> Path:
+    return CI / f"{name}-values.yaml"
+
+
+def expressions(selector: dict[str, Any]) -> dict[str, tuple[str, list[str]]]:
+    return {e["key"]: (e["operator"], e.get("values", [])) for e in selector["matchExpressions"]}
+
+
+# ---------------------------------------------------------------- MutatingWebhookConfiguration
+
+
+def test_two_webhook_entries_with_fixed_admission_settings() -> None:
+    manifest = render()
+    hooks = manifest.webhooks()
+    assert list(hooks) == ["namespace.sidecar-debug.io", "pod.sidecar-debug.io"]
+    for hook in hooks.values():
+        assert hook["admissionReviewVersions"] == ["v1"]
+        assert hook["sideEffects"] == "None"
+        assert hook["failurePolicy"] == "Ignore"
+        assert hook["timeoutSeconds"] == 5
+        assert hook["reinvocationPolicy"] == "IfNeeded"
+        assert hook["matchPolicy"] == "Equivalent"
+        assert hook["rules"] == [
+            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+             "resources": ["pods"], "scope": "Namespaced"}
+        ]  # fmt: skip
+        assert hook["clientConfig"]["service"] == {
+            "name": FULLNAME, "namespace": NAMESPACE, "path": "/mutate", "port": 443,
+        }  # fmt: skip
+        # Mode self: the webhook owns caBundle; the chart must never render one.
+        assert "caBundle" not in hook["clientConfig"]
+
+
+def test_namespace_entry_selects_opted_in_namespaces_and_skips_opted_out_pods() -> None:
+    hook = render().webhooks()["namespace.sidecar-debug.io"]
+    assert expressions(hook["namespaceSelector"]) == {
+        "debug": ("In", ["enabled"]),
+        "kubernetes.io/metadata.name": ("NotIn", EXCLUDED),
+    }
+    assert expressions(hook["objectSelector"]) == {"debug": ("NotIn", ["disabled"])}
+
+
+def test_pod_entry_selects_labelled_pods_in_other_namespaces() -> None:
+    hook = render().webhooks()["pod.sidecar-debug.io"]
+    # NotIn enabled: a pod in an opted-in namespace goes through the namespace entry only.
+    assert expressions(hook["namespaceSelector"]) == {
+        "debug": ("NotIn", ["enabled"]),
+        "kubernetes.io/metadata.name": ("NotIn", EXCLUDED),
+    }
+    # In enabled also excludes pods labelled debug=disabled.
+    assert expressions(hook["objectSelector"]) == {"debug": ("In", ["enabled"])}
+
+
+def test_label_key_and_values_and_extra_exclusions_are_values() -> None:
+    manifest = render([ci("custom-profiles")], sets=["injection.excludedNamespaces={monitoring}"])
+    hooks = manifest.webhooks()
+    ns_hook, pod_hook = hooks["namespace.sidecar-debug.io"], hooks["pod.sidecar-debug.io"]
+    assert expressions(ns_hook["namespaceSelector"])["example.com/debug"] == ("In", ["on"])
+    assert expressions(ns_hook["objectSelector"]) == {"example.com/debug": ("NotIn", ["off"])}
+    assert expressions(pod_hook["objectSelector"]) == {"example.com/debug": ("In", ["on"])}
+    assert expressions(pod_hook["namespaceSelector"])["kubernetes.io/metadata.name"] == (
+        "NotIn", [*EXCLUDED, "monitoring"],
+    )  # fmt: skip
+    config = manifest.config()
+    assert (config["labelKey"], config["labelEnabled"], config["labelDisabled"]) == (
+        "example.com/debug", "on", "off",
+    )  # fmt: skip
+    assert config["excludedNamespaces"] == [*EXCLUDED, "monitoring"]
+
+
+def test_failure_policy_and_timeout_are_values() -> None:
+    manifest = render([ci("failure-policy-fail")])
+    for hook in manifest.webhooks().values():
+        assert hook["failurePolicy"] == "Fail"
+        assert hook["timeoutSeconds"] == 10
+    assert manifest.pod_spec()["priorityClassName"] == "system-cluster-critical"
+
+
+def test_entries_can_be_switched_off() -> None:
+    hooks = render(sets=["injection.podOptIn=false"]).webhooks()
+    assert list(hooks) == ["namespace.sidecar-debug.io"]
+    manifest = render(sets=["injection.podOptIn=false", "injection.namespaceOptIn=false"])
+    assert not manifest.has("MutatingWebhookConfiguration")
+
+
+def test_release_namespace_is_always_excluded() -> None:
+    manifest = render(sets=["injection.excludedNamespaces={kube-system}"])
+    values = expressions(manifest.webhooks()["pod.sidecar-debug.io"]["namespaceSelector"])
+    assert values["kubernetes.io/metadata.name"] == ("NotIn", EXCLUDED)
+
+
+# ---------------------------------------------------------------- namespace gate
+
+
+def test_namespace_gate_off_by_default() -> None:
+    assert not render().has("ValidatingWebhookConfiguration")
+
+
+def test_namespace_gate() -> None:
+    manifest = render([ci("namespace-gate")])
+    vwc = manifest.one("ValidatingWebhookConfiguration", FULLNAME)
+    (hook,) = vwc["webhooks"]
+    assert hook["name"] == "namespace-gate.sidecar-debug.io"
+    assert hook["clientConfig"]["service"]["path"] == "/validate-namespace"
+    assert hook["rules"][0]["resources"] == ["namespaces"]
+    assert hook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
+    assert hook["rules"][0]["scope"] == "Cluster"
+    assert hook["failurePolicy"] == "Fail"
+    assert hook["sideEffects"] == "None"
+    # Only namespaces that carry the label key (old or new object) reach the webhook.
+    assert expressions(hook["objectSelector"]) == {"debug": ("Exists", [])}
+    assert manifest.has("ClusterRole", f"{FULLNAME}-profile-namespace-opt-in")
+
+
+# ---------------------------------------------------------------- RBAC
+
+
+def rules_of(role: dict[str, Any]) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]]:
+    return [
+        (tuple(r["apiGroups"]), tuple(r["resources"]), tuple(r.get("resourceNames", ())), tuple(r["verbs"]))
+        for r in role["rules"]
+    ]  # fmt: skip
+
+
+def test_webhook_cluster_role_holds_only_what_it_uses() -> None:
+    manifest = render()
+    role = manifest.one("ClusterRole", FULLNAME)
+    assert rules_of(role) == [
+        (("authorization.k8s.io",), ("subjectaccessreviews",), (), ("create",)),
+        (("",), ("namespaces",), (), ("get", "list", "watch")),
+        (("admissionregistration.k8s.io",),
+         ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"),
+         (FULLNAME,), ("get", "patch", "update")),
+        (("", "events.k8s.io"), ("events",), (), ("create", "patch")),
+    ]  # fmt: skip
+    binding = manifest.one("ClusterRoleBinding", FULLNAME)
+    assert binding["roleRef"]["name"] == FULLNAME
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}
+    ]
+
+
+def test_no_wildcards_anywhere() -> None:
+    for scenario in [None, *sorted(CI.glob("*.yaml"))]:
+        manifest = render([scenario] if scenario else [])
+        for role in manifest.all("ClusterRole") + manifest.all("Role"):
+            for rule in role["rules"]:
+                for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+                    assert "*" not in rule.get(field, []), (role["metadata"]["name"], rule)
+
+
+def test_secret_role_in_release_namespace_for_self_mode() -> None:
+    manifest = render()
+    role = manifest.one("Role", FULLNAME)
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert rules_of(role) == [
+        (("",), ("secrets",), (), ("create",)),
+        (("",), ("secrets",), (f"{FULLNAME}-tls",), ("get", "list", "watch", "update", "patch")),
+    ]
+    assert manifest.one("RoleBinding", FULLNAME)["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": FULLNAME,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("scenario", ["certmanager", "provided"])
+def test_other_cert_modes_need_no_secret_or_webhook_writes(scenario: str) -> None:
+    manifest = render([ci(scenario)])
+    assert not manifest.has("Role")
+    assert not manifest.has("RoleBinding")
+    webhook_rule = rules_of(manifest.one("ClusterRole", FULLNAME))[2]
+    assert webhook_rule[3] == ("get",)
+
+
+def test_profile_grant_cluster_roles() -> None:
+    manifest = render()
+    grants = {
+        r["metadata"]["name"]: r for r in manifest.all("ClusterRole") if "-profile-" in r["metadata"]["name"]
+    }
+    assert sorted(grants) == sorted(
+        f"{FULLNAME}-profile-{name}" for name in ("perf", "bcc", "full", "namespace-opt-in")
+    )
+    for name, role in grants.items():
+        grant = name.rsplit("-profile-", 1)[1]
+        assert role["rules"] == [
+            {"apiGroups": ["sidecar-debug.io"], "resources": ["debugprofiles"],
+             "resourceNames": [grant], "verbs": ["use"]}
+        ]  # fmt: skip
+    # The unprivileged profile needs no grant and gets no role.
+    assert f"{FULLNAME}-profile-lttng" not in grants
+
+
+def test_aggregated_view_role() -> None:
+    role = render().one("ClusterRole", f"{FULLNAME}-view")
+    assert role["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    for rule in role["rules"]:
+        assert rule["verbs"] == ["get"]
+        assert rule["resourceNames"]
+    configmaps = next(r for r in role["rules"] if r["resources"] == ["configmaps"])
+    assert configmaps["resourceNames"] == [
+        f"{FULLNAME}-config", f"{FULLNAME}-profiles", f"{FULLNAME}-policies",
+    ]  # fmt: skip
+
+
+def test_rbac_can_be_left_to_the_platform_team() -> None:
+    manifest = render(sets=["rbac.create=false"])
+    for kind in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"):
+        assert not manifest.has(kind), kind
+
+
+# ---------------------------------------------------------------- Deployment
+
+
+def test_deployment_ha_defaults() -> None:
+    manifest = render()
+    deployment = manifest.deployment()
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pdb = manifest.one("PodDisruptionBudget", FULLNAME)
+    assert pdb["apiVersion"] == "policy/v1"
+    assert pdb["spec"]["minAvailable"] == 1
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert pdb["spec"]["selector"]["matchLabels"] == selector
+    spec = manifest.pod_spec()
+    (spread,) = spec["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["whenUnsatisfiable"] == "ScheduleAnyway"  # a one-node cluster still schedules
+    assert spread["labelSelector"]["matchLabels"] == selector
+    anti = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert anti[0]["podAffinityTerm"]["labelSelector"]["matchLabels"] == selector
+    service = manifest.one("Service", FULLNAME)
+    assert service["spec"]["selector"] == selector
+    assert service["spec"]["ports"] == [
+        {"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}
+    ]
+
+
+def test_pdb_uses_v1beta1_on_kubernetes_1_20() -> None:
+    pdb = render(kube_version=KUBE_OLD).one("PodDisruptionBudget", FULLNAME)
+    assert pdb["apiVersion"] == "policy/v1beta1"
+
+
+def test_ha_off() -> None:
+    manifest = render([ci("ha-off")])
+    assert manifest.deployment()["spec"]["replicas"] == 1
+    assert not manifest.has("PodDisruptionBudget")
+    # A single replica never gets a PDB, even when asked (it would block every drain).
+    assert not render(sets=["webhook.replicaCount=1"]).has("PodDisruptionBudget")
+
+
+def test_pdb_max_unavailable_wins() -> None:
+    pdb = render([ci("failure-policy-fail")]).one("PodDisruptionBudget", FULLNAME)
+    assert pdb["spec"] == {"selector": pdb["spec"]["selector"], "maxUnavailable": 1}
+
+
+def test_container_runs_serve_with_the_config_file() -> None:
+    container = render().container()
+    assert container["command"] == [
+        "sidecar-debug", "serve", "--config", "/etc/sidecar-debug/config.yaml",
+    ]  # fmt: skip
+    env = {e["name"]: e for e in container["env"]}
+    assert env["SIDECAR_DEBUG_WEBHOOK_NAMESPACE"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.namespace"}
+    }
+    assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
+
+
+def test_probes_over_https() -> None:
+    container = render().container()
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
+
+
+def test_security_contexts() -> None:
+    manifest = render()
+    pod = manifest.pod_spec()["securityContext"]
+    assert pod["runAsNonRoot"] is True
+    assert pod["runAsUser"] == 10001
+    assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    container = manifest.container()["securityContext"]
+    assert container["readOnlyRootFilesystem"] is True
+    assert container["allowPrivilegeEscalation"] is False
+    assert container["runAsNonRoot"] is True
+    assert container["capabilities"] == {"drop": ["ALL"]}
+    assert "privileged" not in container
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        assert key not in manifest.pod_spec()
+
+
+def test_writable_paths_are_emptydirs() -> None:
+    manifest = render()
+    mounts = {m["mountPath"]: m for m in manifest.container()["volumeMounts"]}
+    volumes = {v["name"]: v for v in manifest.pod_spec()["volumes"]}
+    assert volumes[mounts["/tmp"]["name"]]["emptyDir"]["sizeLimit"] == "64Mi"
+    assert volumes[mounts["/dev/shm"]["name"]]["emptyDir"]["medium"] == "Memory"
+    config = mounts["/etc/sidecar-debug/config.yaml"]
+    assert config["subPath"] == "config.yaml" and config["readOnly"] is True
+    assert volumes[config["name"]]["configMap"]["name"] == f"{FULLNAME}-config"
+    policies = mounts["/etc/sidecar-debug/policies"]
+    assert "subPath" not in policies  # a directory mount, so edits reach the running webhook
+    assert volumes[policies["name"]]["configMap"]["name"] == f"{FULLNAME}-policies"
+    assert volumes[mounts["/etc/sidecar-debug/profiles"]["name"]]["configMap"]["name"] == (
+        f"{FULLNAME}-profiles"
+    )
+    # Mode self: the Secret is read through the API, not mounted.
+    assert "/etc/sidecar-debug/tls" not in mounts
+
+
+def checksum(manifest: Manifest, key: str = "checksum/config") -> str:
+    annotations: dict[str, str] = manifest.deployment()["spec"]["template"]["metadata"]["annotations"]
+    return annotations[key]
+
+
+def test_config_changes_roll_the_pods() -> None:
+    base = checksum(render())
+    assert re.fullmatch("[0-9a-f]{64}", base)
+    assert checksum(render()) == base
+    assert checksum(render(sets=["sidecar.defaultProfile=lttng"])) != base
+    assert checksum(render(sets=["policies.extra.team\\.yaml=kind: x"])) != base
+    assert checksum(render([ci("custom-profiles")])) != base
+
+
+def test_images_and_local_overrides() -> None:
+    manifest = render(sets=[
+        "webhook.image.repository=localhost/sidecar-debug/webhook",
+        "webhook.image.pullPolicy=Never",
+        "toolset.image.repository=localhost/sidecar-debug/toolset",
+        "toolset.image.pullPolicy=Never",
+    ])  # fmt: skip
+    container = manifest.container()
+    assert container["image"] == "localhost/sidecar-debug/webhook:0.1.0"
+    assert container["imagePullPolicy"] == "Never"
+    config = manifest.config()
+    assert config["toolsetImage"] == "localhost/sidecar-debug/toolset:0.1.0"
+    assert config["imagePullPolicy"] == "Never"
+    test_pod = manifest.one("Pod")
+    assert test_pod["spec"]["containers"][0]["image"] == container["image"]
+    assert test_pod["spec"]["containers"][0]["imagePullPolicy"] == "Never"
+
+
+def test_local_images_scenario_matches_the_documented_values() -> None:
+    manifest = render([ci("local-images")])
+    assert manifest.container()["image"] == "localhost/sidecar-debug/webhook:0.1.0"
+    assert manifest.config()["toolsetImage"] == "localhost/sidecar-debug/toolset:0.1.0"
+    readme = (CHART / "README.md").read_text()
+    for flag in ("webhook.image.repository=localhost/sidecar-debug/webhook",
+                 "webhook.image.pullPolicy=Never",
+                 "toolset.image.repository=localhost/sidecar-debug/toolset",
+                 "toolset.image.pullPolicy=Never"):  # fmt: skip
+        assert flag in readme
+
+
+def test_image_digest_and_tag() -> None:
+    digest = "sha256:" + "ab" * 32
+    manifest = render(sets=[f"webhook.image.digest={digest}", "toolset.image.tag=1.2.3"])
+    assert manifest.container()["image"] == f"ghcr.io/sidecar-debug/webhook:0.1.0@{digest}"
+    assert manifest.config()["toolsetImage"] == "ghcr.io/sidecar-debug/toolset:1.2.3"
+
+
+# ---------------------------------------------------------------- settings (the contract with webhook/config.py)
+
+
+def load_rendered_settings(manifest: Manifest, tmp_path: Path) -> Any:
+    """Load the rendered config.yaml with the webhook's own loader, files mapped into tmp_path."""
+    config = manifest.config()
+    if "profilesFile" in config:
+        profiles = manifest.one("ConfigMap", f"{FULLNAME}-profiles")["data"]["profiles.yaml"]
+        (tmp_path / "profiles.yaml").write_text(profiles)
+        config["profilesFile"] = str(tmp_path / "profiles.yaml")
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return load_settings(str(path), environ={"SIDECAR_DEBUG_WEBHOOK_NAMESPACE": NAMESPACE})
+
+
+@pytest.mark.parametrize("scenario", [None, *sorted(p.name.removesuffix("-values.yaml") for p in CI.glob("*.yaml"))])
+def test_rendered_config_loads_in_the_webhook(scenario: str | None, tmp_path: Path) -> None:
+    manifest = render([ci(scenario)] if scenario else [])
+    settings = load_rendered_settings(manifest, tmp_path)
+    assert settings.port == 8443
+    assert settings.policy_path == "/etc/sidecar-debug/policies"
+    assert settings.service_name == FULLNAME
+    assert settings.webhook_configuration == FULLNAME
+    assert settings.certificates_secret == manifest.config()["certificatesSecret"]
+    for namespace in EXCLUDED:
+        assert settings.namespace_excluded(namespace)
+
+
+def test_default_settings(tmp_path: Path) -> None:
+    manifest = render()
+    config = manifest.config()
+    assert config["certificatesMode"] == "self"
+    assert config["certificatesSecret"] == f"{FULLNAME}-tls"
+    assert config["toolsetImage"] == "ghcr.io/sidecar-debug/toolset:0.1.0"
+    assert config["defaultProfile"] == "full"
+    assert config["sidecarName"] == "debug-toolset"
+    assert config["excludedNamespaces"] == EXCLUDED
+    assert "profilesFile" not in config  # the built-in profiles
+    assert "tlsCertFile" not in config  # mode self: the webhook loads the Secret itself
+    assert "webhookNamespace" not in config  # from the downward API
+    settings = load_rendered_settings(manifest, tmp_path)
+    assert settings.webhook_namespace == NAMESPACE
+    assert sorted(settings.profiles) == ["bcc", "full", "lttng", "perf"]
+
+
+@pytest.mark.parametrize(
+    ("kube_version", "value", "expected"),
+    [(KUBE_OLD, "auto", False), ("1.28.5", "auto", False), ("1.29.0", "auto", True),
+     (KUBE_NEW, "auto", True), (KUBE_NEW, "false", False), (KUBE_NEW, "true", True)],
+)  # fmt: skip
+def test_native_sidecar(kube_version: str, value: str, expected: bool) -> None:
+    config = render(sets=[f"sidecar.nativeSidecar={value}"], kube_version=kube_version).config()
+    assert config["nativeSidecar"] is expected
+
+
+def test_builtin_profiles_configmap_is_the_synced_file() -> None:
+    cm = render().one("ConfigMap", f"{FULLNAME}-profiles")
+    builtin = (CHART.parents[1] / "webhook" / "data" / "profiles.yaml").read_text()
+    assert cm["data"]["profiles.yaml"] == builtin
+    assert cm["metadata"]["annotations"]["sidecar-debug.io/profiles-source"] == "builtin"
+
+
+def test_custom_profiles(tmp_path: Path) -> None:
+    manifest = render([ci("custom-profiles")])
+    config = manifest.config()
+    assert config["profilesFile"] == "/etc/sidecar-debug/profiles/profiles.yaml"
+    assert config["defaultProfile"] == "lttng"
+    settings = load_rendered_settings(manifest, tmp_path)
+    assert sorted(settings.profiles) == ["lttng", "perf-lite"]
+    assert settings.profiles["perf-lite"].requires_grant
+    # The built-in runtime hints are kept unless `runtimes` replaces them.
+    assert "node" in settings.profile_set.runtimes
+    roles = {r["metadata"]["name"] for r in manifest.all("ClusterRole")}
+    assert f"{FULLNAME}-profile-perf-lite" in roles
+    assert f"{FULLNAME}-profile-full" not in roles
+
+
+def test_privileged_custom_profile_without_a_role_is_warned_about() -> None:
+    text = notes([ci("custom-profiles")], sets=["rbac.profileRoles=null"])
+    assert 'profile "perf-lite" needs an RBAC grant' in text
+    assert "lttng\" needs" not in text
+
+
+def test_policies_configmap() -> None:
+    cm = render().one("ConfigMap", f"{FULLNAME}-policies")
+    assert sorted(cm["data"]) == ["default.yaml"]
+    shipped = (CHART / "files" / "policies" / "default.yaml").read_text()
+    assert cm["data"]["default.yaml"].strip() == shipped.strip()
+    extra = render(sets=["policies.extra.team\\.yaml=apiVersion: x"]).one(
+        "ConfigMap", f"{FULLNAME}-policies"
+    )
+    assert extra["data"]["team.yaml"].strip() == "apiVersion: x"
+
+
+def test_shipped_examples_can_be_loaded() -> None:
+    examples = sorted((CHART / "files" / "policies" / "examples").glob("*.yaml"))
+    if not examples:
+        pytest.skip("no example policies synced yet")
+    files = ["default.yaml", *(f"examples/{p.name}" for p in examples)]
+    cm = render(sets=["policies.files={" + ",".join(files) + "}"]).one(
+        "ConfigMap", f"{FULLNAME}-policies"
+    )
+    assert sorted(cm["data"]) == sorted(f.replace("/", "-") for f in files)
+
+
+# ---------------------------------------------------------------- certificates
+
+
+def test_certmanager_mode() -> None:
+    manifest = render([ci("certmanager")])
+    certificate_name = f"{FULLNAME}-serving"
+    for kind in ("MutatingWebhookConfiguration",):
+        annotations = manifest.one(kind, FULLNAME)["metadata"]["annotations"]
+        assert annotations["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/{certificate_name}"
+    serving = manifest.one("Certificate", certificate_name)
+    assert serving["spec"]["secretName"] == f"{FULLNAME}-tls"
+    assert serving["spec"]["dnsNames"] == [
+        FULLNAME, f"{FULLNAME}.{NAMESPACE}", f"{FULLNAME}.{NAMESPACE}.svc",
+        f"{FULLNAME}.{NAMESPACE}.svc.cluster.local",
+    ]  # fmt: skip
+    assert serving["spec"]["issuerRef"]["name"] == f"{FULLNAME}-ca"
+    ca = manifest.one("Certificate", f"{FULLNAME}-ca")
+    assert ca["spec"]["isCA"] is True
+    assert manifest.one("Issuer", f"{FULLNAME}-ca")["spec"] == {"ca": {"secretName": f"{FULLNAME}-ca"}}
+    assert manifest.one("Issuer", f"{FULLNAME}-selfsigned")["spec"] == {"selfSigned": {}}
+    assert_tls_mounted(manifest, f"{FULLNAME}-tls")
+    assert manifest.config()["certificatesMode"] == "certManager"
+
+
+def test_certmanager_with_an_existing_issuer() -> None:
+    manifest = render([ci("certmanager")], sets=[
+        "certificates.certManager.issuerRef.name=corp-ca",
+        "certificates.certManager.issuerRef.kind=ClusterIssuer",
+    ])  # fmt: skip
+    assert not manifest.has("Issuer")
+    assert [c["metadata"]["name"] for c in manifest.all("Certificate")] == [f"{FULLNAME}-serving"]
+    assert manifest.one("Certificate")["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer"}
+
+
+def test_provided_mode() -> None:
+    manifest = render([ci("provided")])
+    ca_bundle = yaml.safe_load((ci("provided")).read_text())["certificates"]["provided"]["caBundle"]
+    for hook in manifest.webhooks().values():
+        assert hook["clientConfig"]["caBundle"] == ca_bundle
+    assert "annotations" not in manifest.one("MutatingWebhookConfiguration")["metadata"]
+    assert_tls_mounted(manifest, "webhook-tls")
+    assert re.fullmatch("[0-9a-f]{64}", checksum(manifest, "checksum/tls"))
+    other = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nother\n-----END CERTIFICATE-----\n")
+    rolled = render([ci("provided")], sets=[f"certificates.provided.caBundle={other.decode()}"])
+    assert checksum(rolled, "checksum/tls") != checksum(manifest, "checksum/tls")
+
+
+def test_provided_mode_with_namespace_gate_sets_both_ca_bundles() -> None:
+    manifest = render([ci("provided"), ci("namespace-gate")])
+    vwc = manifest.one("ValidatingWebhookConfiguration", FULLNAME)
+    assert vwc["webhooks"][0]["clientConfig"]["caBundle"]
+
+
+def assert_tls_mounted(manifest: Manifest, secret: str) -> None:
+    mounts = {m["mountPath"]: m["name"] for m in manifest.container()["volumeMounts"]}
+    volumes = {v["name"]: v for v in manifest.pod_spec()["volumes"]}
+    assert volumes[mounts["/etc/sidecar-debug/tls"]]["secret"]["secretName"] == secret
+    config = manifest.config()
+    assert config["tlsCertFile"] == "/etc/sidecar-debug/tls/tls.crt"
+    assert config["tlsKeyFile"] == "/etc/sidecar-debug/tls/tls.key"
+    assert config["certificatesSecret"] == secret
+
+
+def test_self_mode_leaves_ca_bundle_to_the_webhook() -> None:
+    manifest = render()
+    mwc = manifest.one("MutatingWebhookConfiguration", FULLNAME)
+    assert mwc["metadata"]["annotations"] == {"sidecar-debug.io/ca-bundle": "managed-by-webhook"}
+    assert not manifest.has("Secret")  # the webhook creates it; a rendered one would be replaced on upgrade
+
+
+# ---------------------------------------------------------------- helm test, NOTES
+
+
+def test_helm_test_pod_checks_tls_with_the_secret_ca() -> None:
+    pod = render().one("Pod", f"{FULLNAME}-test-tls")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (container,) = pod["spec"]["containers"]
+    assert container["command"][:2] == ["python3", "-c"]
+    script = container["command"][2]
+    assert "ssl.create_default_context(cafile=\"/etc/sidecar-debug/tls/ca.crt\")" in script
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["WEBHOOK_URL"] == f"https://{FULLNAME}.{NAMESPACE}.svc:443/readyz"
+    (volume,) = pod["spec"]["volumes"]
+    assert volume["secret"]["secretName"] == f"{FULLNAME}-tls"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    compile(script, "helm-test", "exec")  # the embedded script is valid Python
+    assert not render(sets=["tests.enabled=false"]).has("Pod")
+
+
+def test_notes_explain_opt_in_exec_and_grants() -> None:
+    text = notes()
+    assert "kubectl label namespace NS debug=enabled" in text
+    assert "exec -it POD -c debug-toolset" in text
+    assert f"--clusterrole={FULLNAME}-profile-full" in text
+    assert "WARNINGS" not in text
+
+
+def test_notes_warn_about_risky_values() -> None:
+    text = notes(sets=["webhook.failurePolicy=Fail", "webhook.replicaCount=1", "webhook.timeoutSeconds=3"])
+    assert "WARNINGS" in text
+    assert "failurePolicy=Fail with a single replica" in text
+    assert "SubjectAccessReview" in text
+
+
+def test_old_kubernetes_warning_about_namespace_name_label() -> None:
+    manifest = render(kube_version=KUBE_OLD)
+    # The render still excludes by name (effective once the namespaces carry the label) ...
+    hook = manifest.webhooks()["namespace.sidecar-debug.io"]
+    assert "kubernetes.io/metadata.name" in expressions(hook["namespaceSelector"])
+    # ... and the webhook's own settings exclude them regardless.
+    assert manifest.config()["excludedNamespaces"] == EXCLUDED
+
+
+def test_settings_loader_rejects_what_the_chart_must_never_render(tmp_path: Path) -> None:
+    """Sanity check of the contract test above: the loader is strict about unknown keys."""
+    path = tmp_path / "config.yaml"
+    path.write_text("toolsetImage: x\nnotASetting: 1\n")
+    with pytest.raises(SettingsError, match="notASetting"):
+        load_settings(str(path), environ={})
