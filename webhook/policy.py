@@ -19,7 +19,6 @@ import difflib
 import fnmatch
 import json
 import logging
-import os
 import re
 import threading
 import time
@@ -907,9 +906,9 @@ class PolicyGate:
             if isinstance(user_verdict, str):
                 errors.append(user_verdict)
         needs = "; ".join(profile.privilege_reasons)
-        who = f"service account {namespace}:{sa}"
+        who = f"service account {namespace}:{sa} may not"
         if username and not controller and username != sa_check.user:
-            who += f" nor user {username!r}"
+            who = f"neither service account {namespace}:{sa} nor user {username!r} may"
         hint = (
             f"kubectl create rolebinding sidecar-debug-{profile.name}-{sa} "
             f"--clusterrole={self.role_prefix}{profile.name} --serviceaccount={namespace}:{sa} "
@@ -923,7 +922,7 @@ class PolicyGate:
                 hint,
             )
         detail = (
-            f"profile {profile.name!r} needs an RBAC grant ({needs}): neither {who} may "
+            f"profile {profile.name!r} needs an RBAC grant ({needs}): {who} "
             f"'use' debugprofiles.{constants.RBAC_GROUP} {profile.name!r} in namespace "
             f"{namespace!r}"
         )
@@ -1011,9 +1010,10 @@ class PolicyGate:
                 annotations[constants.ANNOTATION_OVERDUE_AFTER] = overdue.strftime(
                     "%Y-%m-%dT%H:%M:%SZ"
                 )
-                message += (
-                    f"; the pod is marked overdue for removal after "
-                    f"{format_duration(rule.max_session)}"
+                message = (
+                    f"{message.rstrip('.')}. The pod is marked overdue for removal after "
+                    f"{format_duration(rule.max_session)} ({constants.ANNOTATION_OVERDUE_AFTER}="
+                    f"{annotations[constants.ANNOTATION_OVERDUE_AFTER]})."
                 )
             all_warnings.extend(self._pod_security_warnings(request.namespace, profile_name))
         return PolicyResult(
@@ -1151,9 +1151,5 @@ def load_policy_engine(
     i.e. privileged profiles only with the RBAC grant, downgrade otherwise). Raises PolicyError
     naming file and line when the policy is invalid: the webhook must not start with it."""
     store = PolicyStore(settings.policy_path, settings.profiles, check_interval=check_interval)
-    prefix = (
-        role_prefix
-        or getattr(settings, "profile_role_prefix", None)
-        or os.environ.get(constants.ENV_PREFIX + "PROFILE_ROLE_PREFIX", DEFAULT_ROLE_PREFIX)
-    )
+    prefix = role_prefix or settings.profile_role_prefix or DEFAULT_ROLE_PREFIX
     return PolicyGate(settings, store, cluster or KubernetesClusterAPI(), role_prefix=prefix)
