@@ -1,0 +1,166 @@
+"""Helpers to put a webhook process on the host behind a Service of the lite cluster.
+
+In lite mode Service ClusterIPs are loopback addresses and the apiserver dials a webhook
+Service's ClusterIP:port directly (its default ClusterIP service resolver), so a process bound
+to that address *is* the webhook, with no pod and no kube-proxy.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from tests.cluster.cluster import Cluster
+
+
+def serving_cert(directory: Path, service: str, namespace: str) -> tuple[bytes, Path, Path]:
+    """A throw-away CA and a serving cert for `service.namespace.svc`: (ca_pem, crt, key)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-webhook-ca")])
+    ca = (
+        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+        .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    names = [f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
+        .issuer_name(ca_name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]),
+                       critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    ca_pem = ca.public_bytes(serialization.Encoding.PEM)
+    (directory / "ca.crt").write_bytes(ca_pem)
+    (directory / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (directory / "tls.key").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    (directory / "tls.key").chmod(0o600)
+    return ca_pem, directory / "tls.crt", directory / "tls.key"
+
+
+def create_service(cluster: Cluster, name: str, namespace: str, port: int = 443) -> str:
+    """A selector-less Service; returns its (loopback, in lite mode) ClusterIP."""
+    manifest = {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"ports": [{"name": "https", "port": port, "targetPort": port}]},
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+    service = cluster.kubectl_json("get", "service", name, "-n", namespace)
+    return str(service["spec"]["clusterIP"])
+
+
+def mutating_webhook_configuration(
+    name: str, *, service: str, namespace: str, ca_pem: bytes, path: str = "/mutate",
+    port: int = 443, failure_policy: str = "Fail", timeout_seconds: int = 5,
+    namespace_selector: dict[str, Any] | None = None,
+    object_selector: dict[str, Any] | None = None,
+    reinvocation_policy: str = "Never",
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": f"{name}.sidecar-debug.io",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": failure_policy,
+            "timeoutSeconds": timeout_seconds,
+            "reinvocationPolicy": reinvocation_policy,
+            "matchPolicy": "Equivalent",
+            "clientConfig": {
+                "service": {"name": service, "namespace": namespace, "path": path, "port": port},
+                "caBundle": base64.b64encode(ca_pem).decode(),
+            },
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                       "resources": ["pods"], "scope": "Namespaced"}],
+            "namespaceSelector": namespace_selector or {},
+            "objectSelector": object_selector or {},
+        }],
+    }
+
+
+class CaptureWebhook:
+    """An HTTPS admission webhook that allows everything and keeps each AdmissionReview."""
+
+    def __init__(self, host: str, port: int, cert: Path, key: Path,
+                 respond: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+        self.reviews: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        capture = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                length = int(self.headers.get("Content-Length", "0"))
+                review = json.loads(self.rfile.read(length))
+                with capture._lock:
+                    capture.reviews.append(review)
+                response = (respond or _allow)(review)
+                body = json.dumps(response).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                return
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(cert), str(key))
+        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> CaptureWebhook:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def wait_for(self, predicate: Callable[[dict[str, Any]], bool],
+                 timeout: float = 30) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                for review in self.reviews:
+                    if predicate(review):
+                        return review
+            time.sleep(0.1)
+        raise TimeoutError("no matching AdmissionReview arrived")
+
+
+def _allow(review: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "response": {"uid": review["request"]["uid"], "allowed": True},
+    }
