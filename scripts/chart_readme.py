@@ -80,7 +80,9 @@ def parse_docs(text: str) -> dict[str, Doc]:
         if pending is not None:
             body = " ".join(part for part in pending if part)
             declared = _TYPE.match(body)
-            type_, body = (declared.group("type"), declared.group("rest")) if declared else (None, body)
+            type_, body = (
+                (declared.group("type"), declared.group("rest")) if declared else (None, body)
+            )
             if not body:
                 raise ReadmeError(f"values.yaml:{number}: empty `# --` description for {path}")
             docs[path] = Doc(path, type_, body)
@@ -146,10 +148,9 @@ def render_table(values_text: str) -> str:
     rows = ["| Key | Type | Default | Description |", "|-----|------|---------|-------------|"]
     for path, doc in docs.items():
         value = lookup(values, path)
-        default = json.dumps(value, sort_keys=False)
-        rows.append(
-            f"| `{path}` | {doc.type or infer_type(value)} | `{_cell(default)}` | {_cell(doc.text)} |"
-        )
+        default = _cell(json.dumps(value, sort_keys=False))
+        type_ = doc.type or infer_type(value)
+        rows.append(f"| `{path}` | {type_} | `{default}` | {_cell(doc.text)} |")
     return "\n".join(rows) + "\n"
 
 

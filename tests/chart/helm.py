@@ -81,7 +81,10 @@ def _value_args(values_files: Sequence[Path | str], sets: Sequence[str]) -> list
 
 @functools.cache
 def _template(
-    values_files: tuple[str, ...], sets: tuple[str, ...], kube_version: str, api_versions: tuple[str, ...]
+    values_files: tuple[str, ...],
+    sets: tuple[str, ...],
+    kube_version: str,
+    api_versions: tuple[str, ...],
 ) -> Result:
     args = ["template", RELEASE, str(CHART), "-n", NAMESPACE, "--kube-version", kube_version]
     for api in api_versions:

@@ -145,11 +145,18 @@ def test_namespace_gate() -> None:
 # ---------------------------------------------------------------- RBAC
 
 
-def rules_of(role: dict[str, Any]) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]]:
+def rules_of(
+    role: dict[str, Any],
+) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]]:
     return [
-        (tuple(r["apiGroups"]), tuple(r["resources"]), tuple(r.get("resourceNames", ())), tuple(r["verbs"]))
+        (
+            tuple(r["apiGroups"]),
+            tuple(r["resources"]),
+            tuple(r.get("resourceNames", ())),
+            tuple(r["verbs"]),
+        )
         for r in role["rules"]
-    ]  # fmt: skip
+    ]
 
 
 def test_webhook_cluster_role_holds_only_what_it_uses() -> None:
@@ -204,7 +211,9 @@ def test_other_cert_modes_need_no_secret_or_webhook_writes(scenario: str) -> Non
 def test_profile_grant_cluster_roles() -> None:
     manifest = render()
     grants = {
-        r["metadata"]["name"]: r for r in manifest.all("ClusterRole") if "-profile-" in r["metadata"]["name"]
+        r["metadata"]["name"]: r
+        for r in manifest.all("ClusterRole")
+        if "-profile-" in r["metadata"]["name"]
     }
     assert sorted(grants) == sorted(
         f"{FULLNAME}-profile-{name}" for name in ("perf", "bcc", "full", "namespace-opt-in")
@@ -296,8 +305,16 @@ def test_container_runs_serve_with_the_config_file() -> None:
 
 def test_probes_over_https() -> None:
     container = render().container()
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
+    assert container["readinessProbe"]["httpGet"] == {
+        "path": "/readyz",
+        "port": "https",
+        "scheme": "HTTPS",
+    }
+    assert container["livenessProbe"]["httpGet"] == {
+        "path": "/healthz",
+        "port": "https",
+        "scheme": "HTTPS",
+    }
 
 
 def test_security_contexts() -> None:
@@ -336,7 +353,9 @@ def test_writable_paths_are_emptydirs() -> None:
 
 
 def checksum(manifest: Manifest, key: str = "checksum/config") -> str:
-    annotations: dict[str, str] = manifest.deployment()["spec"]["template"]["metadata"]["annotations"]
+    annotations: dict[str, str] = manifest.deployment()["spec"]["template"]["metadata"][
+        "annotations"
+    ]
     return annotations[key]
 
 
@@ -386,7 +405,7 @@ def test_image_digest_and_tag() -> None:
     assert manifest.config()["toolsetImage"] == "ghcr.io/sidecar-debug/toolset:1.2.3"
 
 
-# ---------------------------------------------------------------- settings (the contract with webhook/config.py)
+# ---------------------------------------------------------------- settings: contract with config.py
 
 
 def load_rendered_settings(manifest: Manifest, tmp_path: Path) -> Any:
@@ -401,7 +420,9 @@ def load_rendered_settings(manifest: Manifest, tmp_path: Path) -> Any:
     return load_settings(str(path), environ={"SIDECAR_DEBUG_WEBHOOK_NAMESPACE": NAMESPACE})
 
 
-@pytest.mark.parametrize("scenario", [None, *sorted(p.name.removesuffix("-values.yaml") for p in CI.glob("*.yaml"))])
+@pytest.mark.parametrize(
+    "scenario", [None, *sorted(p.name.removesuffix("-values.yaml") for p in CI.glob("*.yaml"))]
+)
 def test_rendered_config_loads_in_the_webhook(scenario: str | None, tmp_path: Path) -> None:
     manifest = render([ci(scenario)] if scenario else [])
     settings = load_rendered_settings(manifest, tmp_path)
@@ -466,7 +487,7 @@ def test_custom_profiles(tmp_path: Path) -> None:
 def test_privileged_custom_profile_without_a_role_is_warned_about() -> None:
     text = notes([ci("custom-profiles")], sets=["rbac.profileRoles=null"])
     assert 'profile "perf-lite" needs an RBAC grant' in text
-    assert "lttng\" needs" not in text
+    assert 'lttng" needs' not in text
 
 
 def test_policies_configmap() -> None:
@@ -509,7 +530,9 @@ def test_certmanager_mode() -> None:
     assert serving["spec"]["issuerRef"]["name"] == f"{FULLNAME}-ca"
     ca = manifest.one("Certificate", f"{FULLNAME}-ca")
     assert ca["spec"]["isCA"] is True
-    assert manifest.one("Issuer", f"{FULLNAME}-ca")["spec"] == {"ca": {"secretName": f"{FULLNAME}-ca"}}
+    assert manifest.one("Issuer", f"{FULLNAME}-ca")["spec"] == {
+        "ca": {"secretName": f"{FULLNAME}-ca"}
+    }
     assert manifest.one("Issuer", f"{FULLNAME}-selfsigned")["spec"] == {"selfSigned": {}}
     assert_tls_mounted(manifest, f"{FULLNAME}-tls")
     assert manifest.config()["certificatesMode"] == "certManager"
@@ -522,7 +545,10 @@ def test_certmanager_with_an_existing_issuer() -> None:
     ])  # fmt: skip
     assert not manifest.has("Issuer")
     assert [c["metadata"]["name"] for c in manifest.all("Certificate")] == [f"{FULLNAME}-serving"]
-    assert manifest.one("Certificate")["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer"}
+    assert manifest.one("Certificate")["spec"]["issuerRef"] == {
+        "name": "corp-ca",
+        "kind": "ClusterIssuer",
+    }
 
 
 def test_provided_mode() -> None:
@@ -558,7 +584,8 @@ def test_self_mode_leaves_ca_bundle_to_the_webhook() -> None:
     manifest = render()
     mwc = manifest.one("MutatingWebhookConfiguration", FULLNAME)
     assert mwc["metadata"]["annotations"] == {"sidecar-debug.io/ca-bundle": "managed-by-webhook"}
-    assert not manifest.has("Secret")  # the webhook creates it; a rendered one would be replaced on upgrade
+    # The webhook creates the Secret; a rendered one would be replaced on every upgrade.
+    assert not manifest.has("Secret")
 
 
 # ---------------------------------------------------------------- helm test, NOTES
@@ -570,7 +597,7 @@ def test_helm_test_pod_checks_tls_with_the_secret_ca() -> None:
     (container,) = pod["spec"]["containers"]
     assert container["command"][:2] == ["python3", "-c"]
     script = container["command"][2]
-    assert "ssl.create_default_context(cafile=\"/etc/sidecar-debug/tls/ca.crt\")" in script
+    assert 'ssl.create_default_context(cafile="/etc/sidecar-debug/tls/ca.crt")' in script
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["WEBHOOK_URL"] == f"https://{FULLNAME}.{NAMESPACE}.svc:443/readyz"
     (volume,) = pod["spec"]["volumes"]
@@ -589,7 +616,9 @@ def test_notes_explain_opt_in_exec_and_grants() -> None:
 
 
 def test_notes_warn_about_risky_values() -> None:
-    text = notes(sets=["webhook.failurePolicy=Fail", "webhook.replicaCount=1", "webhook.timeoutSeconds=3"])
+    text = notes(
+        sets=["webhook.failurePolicy=Fail", "webhook.replicaCount=1", "webhook.timeoutSeconds=3"]
+    )
     assert "WARNINGS" in text
     assert "failurePolicy=Fail with a single replica" in text
     assert "SubjectAccessReview" in text

@@ -18,7 +18,9 @@ README_TOOL = REPO / "scripts" / "chart_readme.py"
 
 
 def run(*args: str | Path, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, cwd=cwd, timeout=60)
+    return subprocess.run(
+        [str(a) for a in args], capture_output=True, text=True, cwd=cwd, timeout=60
+    )
 
 
 def test_chart_files_are_in_sync() -> None:
@@ -56,7 +58,9 @@ def test_sync_check_fails_on_a_stale_copy_and_sync_repairs_it(repo_copy: Path) -
     assert "profiles.yaml" in stale.stderr
     synced = run(sync, cwd=repo_copy)
     assert synced.returncode == 0, synced.stderr
-    assert (repo_copy / "charts" / "sidecar-debug" / "files" / "policies" / "new-team.yaml").is_file()
+    assert (
+        repo_copy / "charts" / "sidecar-debug" / "files" / "policies" / "new-team.yaml"
+    ).is_file()
     assert run(sync, "--check", cwd=repo_copy).returncode == 0
 
 
@@ -95,7 +99,9 @@ def test_readme_tool_refuses_an_undocumented_value(repo_copy: Path) -> None:
     chart = repo_copy / "charts" / "sidecar-debug"
     values = chart / "values.yaml"
     values.write_text(values.read_text() + "\nsneaky:\n  value: 1\n")
-    result = run(sys.executable, repo_copy / "scripts" / README_TOOL.name, "--check", "--chart", chart)
+    result = run(
+        sys.executable, repo_copy / "scripts" / README_TOOL.name, "--check", "--chart", chart
+    )
     assert result.returncode == 1
     assert "values without a `# --` description" in result.stderr
     assert "sneaky.value" in result.stderr
@@ -104,7 +110,7 @@ def test_readme_tool_refuses_an_undocumented_value(repo_copy: Path) -> None:
 def test_readme_table_lists_every_documented_value() -> None:
     sys.path.insert(0, str(README_TOOL.parent))
     try:
-        import chart_readme  # type: ignore[import-not-found]
+        import chart_readme
     finally:
         sys.path.pop(0)
     docs = chart_readme.parse_docs((CHART / "values.yaml").read_text())

@@ -62,7 +62,9 @@ def _validate(doc: dict[str, Any], version: str) -> None:
 @pytest.mark.parametrize(
     ("kube_version", "schema_version"), [(KUBE_OLD, OLDEST_SCHEMA), (KUBE_NEW, "1.30")]
 )
-def test_every_object_validates(values: Path | None, kube_version: str, schema_version: str) -> None:
+def test_every_object_validates(
+    values: Path | None, kube_version: str, schema_version: str
+) -> None:
     manifest = render(_files(values), kube_version=kube_version)
     assert manifest, "nothing rendered"
     for doc in manifest:

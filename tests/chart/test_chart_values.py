@@ -15,37 +15,76 @@ pytestmark = pytest.mark.chart
     ("sets", "message"),
     [
         # Schema: enums, types, unknown keys (typos).
-        (["webhook.failurePolicy=Sometimes"], "at '/webhook/failurePolicy': value must be one of 'Ignore', 'Fail'"),
-        (["namespaceGate.failurePolicy=ignore"], "at '/namespaceGate/failurePolicy': value must be one of"),
+        (
+            ["webhook.failurePolicy=Sometimes"],
+            "at '/webhook/failurePolicy': value must be one of 'Ignore', 'Fail'",
+        ),
+        (
+            ["namespaceGate.failurePolicy=ignore"],
+            "at '/namespaceGate/failurePolicy': value must be one of",
+        ),
         (["webhook.timeoutSeconds=abc"], "at '/webhook/timeoutSeconds': got string, want integer"),
         (["webhook.timeoutSeconds=31"], "at '/webhook/timeoutSeconds': maximum"),
         (["webhook.replicaCount=0"], "at '/webhook/replicaCount': minimum"),
         (["webhook.replicas=3"], "at '/webhook': additional properties 'replicas' not allowed"),
         (["certificate.mode=self"], "additional properties 'certificate' not allowed"),
-        (["certificates.mode=certmanager"], "at '/certificates/mode': value must be one of 'self', 'certManager', 'provided'"),
+        (
+            ["certificates.mode=certmanager"],
+            "at '/certificates/mode': value must be one of 'self', 'certManager', 'provided'",
+        ),
         (["webhook.image.pullPolicy=Sometimes"], "at '/webhook/image/pullPolicy'"),
         (["toolset.image.digest=latest"], "at '/toolset/image/digest'"),
         (["webhook.image.repository=ghcr.io/x/webhook:1.0"], "at '/webhook/image/repository'"),
         (["sidecar.name=Debug_Toolset"], "at '/sidecar/name'"),
         (["sidecar.nativeSidecar=maybe"], "at '/sidecar/nativeSidecar'"),
-        (["injection.excludedNamespaces=kube-system"], "at '/injection/excludedNamespaces': got string, want array"),
+        (
+            ["injection.excludedNamespaces=kube-system"],
+            "at '/injection/excludedNamespaces': got string, want array",
+        ),
         (["injection.labelEnabled=not valid"], "at '/injection/labelEnabled'"),
         (["rbac.create=yes"], "at '/rbac/create': got string, want boolean"),
-        (["profiles[0].name=x", "profiles[0].privileged=true"], "additional properties 'privileged' not allowed"),
+        (
+            ["profiles[0].name=x", "profiles[0].privileged=true"],
+            "additional properties 'privileged' not allowed",
+        ),
         (["webhook.resources.limits.memory=lots"], "at '/webhook/resources/limits/memory'"),
         # Template checks: misuse the schema cannot express.
-        (["sidecar.defaultProfile=nope"], 'sidecar.defaultProfile: "nope" is not a profile; known: lttng, perf, bcc, full'),
+        (
+            ["sidecar.defaultProfile=nope"],
+            'sidecar.defaultProfile: "nope" is not a profile; known: lttng, perf, bcc, full',
+        ),
         (["rbac.profileRoles={perf,turbo}"], 'rbac.profileRoles: "turbo" is not a profile'),
-        (["certificates.mode=provided"], "certificates.mode=provided needs certificates.secretName"),
-        (["certificates.mode=provided", "certificates.secretName=tls"], "needs certificates.provided.caBundle"),
-        (["certificates.mode=provided", "certificates.secretName=tls", "certificates.provided.caBundle=aGVsbG8="],
-         "certificates.provided.caBundle must be base64-encoded PEM"),
-        (["policies.files={missing.yaml}"], 'policies.files: "missing.yaml" is not a policy file shipped with the chart'),
+        (
+            ["certificates.mode=provided"],
+            "certificates.mode=provided needs certificates.secretName",
+        ),
+        (
+            ["certificates.mode=provided", "certificates.secretName=tls"],
+            "needs certificates.provided.caBundle",
+        ),
+        (
+            [
+                "certificates.mode=provided",
+                "certificates.secretName=tls",
+                "certificates.provided.caBundle=aGVsbG8=",
+            ],
+            "certificates.provided.caBundle must be base64-encoded PEM",
+        ),
+        (
+            ["policies.files={missing.yaml}"],
+            'policies.files: "missing.yaml" is not a policy file shipped with the chart',
+        ),
         (["policies.extra.bad/name=x"], "policies.extra"),
-        (["serviceAccount.create=false"], "serviceAccount.name is required when serviceAccount.create is false"),
-        (["injection.labelEnabled=on", "injection.labelDisabled=on"], "injection.labelEnabled and injection.labelDisabled must differ"),
+        (
+            ["serviceAccount.create=false"],
+            "serviceAccount.name is required when serviceAccount.create is false",
+        ),
+        (
+            ["injection.labelEnabled=on", "injection.labelDisabled=on"],
+            "injection.labelEnabled and injection.labelDisabled must differ",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_values_fail_with_a_readable_error(sets: list[str], message: str) -> None:
     error = template_error(sets=sets)
     assert message in error, error
