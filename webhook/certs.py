@@ -904,6 +904,15 @@ def write_serving_pair(cert_file: str, key_file: str, serving: KeyPair) -> bool:
 # Serving integration (used by serve_cli / gunicorn_conf)
 
 
+def _ensure_logging(settings: Settings) -> None:
+    # The CLI process and gunicorn's master have no root handler (the app configures logging
+    # in the workers); certificate events must still reach the log.
+    if not logging.getLogger().handlers:
+        from webhook import logs
+
+        logs.configure(settings.log_level)
+
+
 def prepare_serving_files(settings: Settings) -> tuple[str, str]:
     """The certificate and key files the server should load.
 
@@ -916,6 +925,7 @@ def prepare_serving_files(settings: Settings) -> tuple[str, str]:
                 f"certificatesMode {settings.certificates_mode} needs tlsCertFile and tlsKeyFile"
             )
         return settings.tls_cert_file, settings.tls_key_file
+    _ensure_logging(settings)
     manager = SelfManager.from_settings(settings)
     directory = private_directory()
     cert_file = os.path.join(directory, KEY_TLS_CRT)
@@ -946,6 +956,7 @@ def start_background_maintenance(
     file pair. Other modes: nothing to do (the reloading context watches the mounted files)."""
     if settings.certificates_mode != "self":
         return None
+    _ensure_logging(settings)
     with _maintenance_lock:
         existing = _maintenance_threads.get((cert_file, key_file))
         if existing is not None and existing[0].is_alive():
