@@ -335,10 +335,11 @@ def test_first_matching_rule_wins_and_no_match_uses_defaults(
         "not-allowed-by-policy",
     )
     assert "allowed: lttng" in prod.result.message
+    # No rule matches: the built-in defaults (every profile, RBAC-gated) apply.
     other = gate.explain(request(settings, "full", namespace="elsewhere"))
-    assert (other.rule, other.result.profile) == ("defaults", "lttng")
-    # Policy refusals cost no RBAC call: only the dev pod was checked.
-    assert len(cluster.calls) == 1
+    assert (other.rule, other.result.profile) == ("defaults", "full")
+    # Policy refusals cost no RBAC call: only the dev and the other pod were checked.
+    assert len(cluster.calls) == 2
 
 
 def test_namespace_selector_rule(settings: Settings, tmp_path: Path) -> None:
@@ -708,3 +709,14 @@ def test_load_policy_engine_without_a_path_uses_the_builtin_policy(settings: Set
 
 def test_parse_duration() -> None:
     assert parse_duration("1d2h3m4s") == dt.timedelta(days=1, hours=2, minutes=3, seconds=4)
+
+
+def test_default_and_dev_prod_example_compose_in_one_directory(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # As the chart mounts them: `policies.files: [default.yaml, examples/dev-and-prod.yaml]`.
+    write(tmp_path / "default.yaml", (REPO / "policies/default.yaml").read_text())
+    write(tmp_path / "examples-dev-and-prod.yaml", DEV_PROD)
+    policy = load_policy(str(tmp_path), settings.profiles)
+    assert policy.defaults.mode == "downgrade" and "default.yaml" in policy.defaults_where
+    assert [r.name for r in policy.rules] == ["production-lttng-only", "prod-by-name", "dev-full"]
