@@ -82,8 +82,42 @@ def _print_cert(cert: Any, label: str) -> None:
     print(f"  sha256:     {info['sha256']}")
 
 
+def fetch_served_certificates(address: str, server_name: str | None) -> list[Any]:
+    """The certificate chain a TLS server presents (no verification: this is for looking)."""
+    import socket
+    import ssl
+
+    from cryptography import x509
+
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise certs.CertificateError(f"--connect wants HOST:PORT, got {address!r}")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname=server_name or host.strip("[]")) as sock:
+            der = sock.getpeercert(binary_form=True)
+    if der is None:
+        raise certs.CertificateError(f"{address} presented no certificate")
+    return [x509.load_der_x509_certificate(der)]
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     status = 0
+    if args.connect:
+        try:
+            found = fetch_served_certificates(args.connect, args.server_name)
+        except (OSError, certs.CertificateError) as exc:
+            print(f"{args.connect}: {exc}", file=sys.stderr)
+            return 1
+        if args.json:
+            print(json.dumps({"address": args.connect,
+                              "certificates": [certs.describe(c) for c in found]}))  # fmt: skip
+        else:
+            _print_cert(found[0], f"{args.connect} (served):")
+    elif not args.files:
+        args.parser.error("give a FILE or --connect HOST:PORT")
     for name in args.files:
         try:
             data = Path(name).read_bytes()
@@ -220,9 +254,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     gen.set_defaults(func=cmd_generate)
 
     ins = sub.add_parser("inspect", help="print subject, SANs, issuer, validity of PEM files")
-    ins.add_argument("files", nargs="+", metavar="FILE")
+    ins.add_argument("files", nargs="*", metavar="FILE")
+    ins.add_argument("--connect", metavar="HOST:PORT",
+                     help="also show the certificate a running server presents")  # fmt: skip
+    ins.add_argument("--server-name", help="SNI name to send with --connect")
     ins.add_argument("--json", action="store_true", help="one JSON document per file")
-    ins.set_defaults(func=cmd_inspect)
+    ins.set_defaults(func=cmd_inspect, parser=ins)
 
     ver = sub.add_parser("verify", help="verify a serving certificate against a CA bundle")
     ver.add_argument("--ca", required=True, help="CA bundle (PEM)")

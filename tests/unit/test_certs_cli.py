@@ -103,3 +103,38 @@ def test_console_script_generate(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert _mode(tmp_path / "tls.key") == 0o600
+
+
+def test_inspect_connect_shows_the_served_certificate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+    import ssl
+    import threading
+
+    main(["certs", "generate", "--service", "s", "--namespace", "n", "--out", str(tmp_path)])
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve_once() -> None:
+        conn, _ = listener.accept()
+        try:
+            with context.wrap_socket(conn, server_side=True) as tls:
+                tls.recv(1)
+        except (OSError, ssl.SSLError):
+            pass
+
+    thread = threading.Thread(target=serve_once, daemon=True)
+    thread.start()
+    capsys.readouterr()
+    try:
+        rc = main(["certs", "inspect", "--connect", f"127.0.0.1:{port}", "--server-name", "s.n"])
+    finally:
+        thread.join(10)
+        listener.close()
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert f"127.0.0.1:{port} (served):" in out and "SANs:       s, s.n" in out
+    assert main(["certs", "inspect", "--connect", "nonsense"]) == 1
