@@ -19,6 +19,7 @@ from tests.chart.helm import (
     Manifest,
     notes,
     render,
+    run_helm,
 )
 from webhook.config import SettingsError, load_settings
 
@@ -226,6 +227,23 @@ def test_profile_grant_cluster_roles() -> None:
         ]  # fmt: skip
     # The unprivileged profile needs no grant and gets no role.
     assert f"{FULLNAME}-profile-lttng" not in grants
+    # The webhook names these roles in its deny messages: same prefix.
+    prefix = manifest.config()["profileRolePrefix"]
+    assert prefix == f"{FULLNAME}-profile-"
+    assert all(name.startswith(prefix) for name in grants)
+
+
+def test_release_named_like_the_chart_gets_the_documented_role_names() -> None:
+    """`helm install sidecar-debug ...` gives the names docs and policies quote."""
+    result = run_helm("template", "sidecar-debug", str(CHART), "-n", NAMESPACE)
+    assert result.returncode == 0, result.stderr
+    names = {
+        doc["metadata"]["name"]
+        for doc in yaml.safe_load_all(result.stdout)
+        if doc and doc["kind"] == "ClusterRole"
+    }
+    assert "sidecar-debug-profile-full" in names
+    assert "sidecar-debug" in names
 
 
 def test_aggregated_view_role() -> None:
@@ -443,6 +461,7 @@ def test_default_settings(tmp_path: Path) -> None:
     assert config["toolsetImage"] == "ghcr.io/sidecar-debug/toolset:0.1.0"
     assert config["defaultProfile"] == "full"
     assert config["sidecarName"] == "debug-toolset"
+    assert (config["workers"], config["threads"]) == (2, 4)
     assert config["excludedNamespaces"] == EXCLUDED
     assert "profilesFile" not in config  # the built-in profiles
     assert "tlsCertFile" not in config  # mode self: the webhook loads the Secret itself

@@ -83,6 +83,14 @@ app.kubernetes.io/part-of: sidecar-debug
 {{- include "sidecar-debug.suffixedName" (dict "root" . "suffix" "policies") -}}
 {{- end -}}
 
+{{/*
+Grant ClusterRoles are named <prefix><profile>; the webhook gets the prefix (profileRolePrefix) to
+name the role in its deny messages. RBAC names are not limited to 63 characters.
+*/}}
+{{- define "sidecar-debug.profileRolePrefix" -}}
+{{- printf "%s-profile-" (include "sidecar-debug.fullname" .) -}}
+{{- end -}}
+
 {{- define "sidecar-debug.certificateName" -}}
 {{- include "sidecar-debug.suffixedName" (dict "root" . "suffix" "serving") -}}
 {{- end -}}
@@ -213,7 +221,10 @@ the environment (SIDECAR_DEBUG_WEBHOOK_NAMESPACE, downward API), not from here.
 {{- $_ := set $s "labelEnabled" .Values.injection.labelEnabled -}}
 {{- $_ := set $s "labelDisabled" .Values.injection.labelDisabled -}}
 {{- $_ := set $s "policyPath" "/etc/sidecar-debug/policies" -}}
+{{- $_ := set $s "profileRolePrefix" (include "sidecar-debug.profileRolePrefix" .) -}}
 {{- $_ := set $s "port" (int .Values.webhook.port) -}}
+{{- $_ := set $s "workers" (int .Values.webhook.workers) -}}
+{{- $_ := set $s "threads" (int .Values.webhook.threads) -}}
 {{- if ne .Values.certificates.mode "self" -}}
 {{- $_ := set $s "tlsCertFile" "/etc/sidecar-debug/tls/tls.crt" -}}
 {{- $_ := set $s "tlsKeyFile" "/etc/sidecar-debug/tls/tls.key" -}}
