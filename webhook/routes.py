@@ -38,6 +38,17 @@ def _refuse(status: int, reason: str) -> Response:
     return _json({"error": reason, "status": status}, status)
 
 
+def _drain(limit: int) -> None:
+    """Read and drop what remains of an oversized body (up to 4x the limit) so that the client,
+    still sending, gets to read our 413 instead of a reset connection."""
+    remaining = 4 * limit
+    while remaining > 0:
+        chunk = request.stream.read(min(65536, remaining))
+        if not chunk:
+            return
+        remaining -= len(chunk)
+
+
 def _read_review_body(settings: Settings) -> Any | Response:
     """The parsed JSON body, or the 4xx Response explaining why there is none."""
     mimetype = (request.mimetype or "").lower()
@@ -45,11 +56,11 @@ def _read_review_body(settings: Settings) -> Any | Response:
         return _refuse(415, f"content type must be {JSON}, got {mimetype or 'none'!r}")
     length = request.content_length
     if length is not None and length > settings.max_request_bytes:
-        return _refuse(
-            413, f"body of {length} bytes exceeds the {settings.max_request_bytes}-byte limit"
-        )
+        _drain(settings.max_request_bytes)
+        return _refuse(413, f"body of {length} bytes exceeds the {settings.max_request_bytes}-byte limit")
     raw = request.stream.read(settings.max_request_bytes + 1)
     if len(raw) > settings.max_request_bytes:
+        _drain(settings.max_request_bytes)
         return _refuse(413, f"body exceeds the {settings.max_request_bytes}-byte limit")
     if not raw.strip():
         return _refuse(400, "empty body; expected an AdmissionReview JSON object")

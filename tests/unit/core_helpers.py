@@ -1,0 +1,77 @@
+"""Helpers shared by the core unit tests: settings, AdmissionReviews, Kubernetes schema checks."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import uuid
+from typing import Any
+
+import kubernetes_validate
+
+from webhook.config import Settings, load_settings
+from webhook.mutate import Mutator
+from webhook.patch import apply_patch
+from webhook.policy_api import AllowAll
+
+# Schemas of a current Kubernetes (kubernetes-validate ships them); strict = unknown fields fail.
+K8S_SCHEMA_VERSION = "1.30"
+
+
+@functools.cache
+def default_settings() -> Settings:
+    return load_settings(environ={})
+
+
+def settings_with(**overrides: Any) -> Settings:
+    return load_settings(environ={}, overrides=overrides)
+
+
+def admission_review(
+    pod: dict[str, Any],
+    namespace: str = "demo",
+    operation: str = "CREATE",
+    username: str = "system:serviceaccount:kube-system:replicaset-controller",
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": namespace,
+            "operation": operation,
+            "userInfo": {"username": username, "groups": ["system:serviceaccounts"]},
+            "object": copy.deepcopy(pod),
+            "oldObject": None,
+            "dryRun": dry_run,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+        },
+    }
+
+
+def mutator(settings: Settings | None = None) -> Mutator:
+    return Mutator(settings or default_settings(), AllowAll(grant="test"))
+
+
+def injected(pod: dict[str, Any], namespace: str = "demo", settings: Settings | None = None,
+             ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(patched pod, AdmissionReview response) through the full review path."""
+    from webhook.admission import decode_patch
+
+    review = mutator(settings).review(admission_review(pod, namespace))
+    return apply_patch(pod, decode_patch(review)), dict(review["response"])
+
+
+def validate_pod(pod: dict[str, Any]) -> None:
+    """Raise AssertionError with the first line of the schema error when `pod` is invalid."""
+    document = {"apiVersion": "v1", "kind": "Pod", **pod}
+    document.setdefault("metadata", {}).setdefault("name", "schema-check")
+    try:
+        kubernetes_validate.validate(document, K8S_SCHEMA_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        raise AssertionError(str(exc).splitlines()[0]) from None
