@@ -92,6 +92,7 @@ Reason = Literal[
     "rbac-check-failed",
     "namespace-lookup-failed",
     "image-not-allowed",
+    "policy-error",
 ]
 
 
@@ -768,7 +769,18 @@ class PolicyGate:
     # -- the decision -------------------------------------------------------------------------
 
     def evaluate(self, request: PolicyRequest) -> PolicyResult:
-        return self.explain(request).result
+        try:
+            return self.explain(request).result
+        except Exception:
+            # A bug here must neither grant privileges nor block pod creation.
+            log.exception("policy evaluation failed; injecting nothing")
+            return PolicyResult(
+                profile=None,
+                allowed=True,
+                reason="policy-error",
+                message="no debug sidecar injected: the policy gate failed (see webhook logs)",
+                grant="none",
+            )
 
     def explain(self, request: PolicyRequest) -> Explanation:
         policy = self.store.current()

@@ -720,3 +720,16 @@ def test_default_and_dev_prod_example_compose_in_one_directory(
     policy = load_policy(str(tmp_path), settings.profiles)
     assert policy.defaults.mode == "downgrade" and "default.yaml" in policy.defaults_where
     assert [r.name for r in policy.rules] == ["production-lttng-only", "prod-by-name", "dev-full"]
+
+
+def test_a_bug_in_the_gate_injects_nothing(settings: Settings, tmp_path: Path) -> None:
+    class Exploding(FakeCluster):
+        def namespace_labels(self, name: str, timeout: float) -> Mapping[str, str]:
+            return None  # type: ignore[return-value]  # dict(None) raises TypeError inside
+
+    cluster = Exploding()
+    cluster.grant_sa("dev", "app", "full")
+    gate = make_gate(settings, cluster)
+    gate._pod_security_warnings = None  # type: ignore[assignment,method-assign]
+    result = gate.evaluate(request(settings, "full"))
+    assert (result.profile, result.allowed, result.reason) == (None, True, "policy-error")
