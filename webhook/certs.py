@@ -788,7 +788,11 @@ class SelfManager:
             return True
         wanted = state.next_ca.cert
         for kind in WEBHOOK_KINDS:
-            obj = self.store.read_webhook_configuration(kind, self.webhook_configuration)
+            try:
+                obj = self.store.read_webhook_configuration(kind, self.webhook_configuration)
+            except Exception as exc:  # noqa: BLE001 - unknown means not yet: delay the switch
+                log.warning("cannot read %s %s: %s", kind, self.webhook_configuration, exc)
+                return False
             for entry in (obj or {}).get("webhooks") or []:
                 raw = _decode_bundle((entry.get("clientConfig") or {}).get("caBundle"))
                 try:
@@ -855,25 +859,31 @@ class SelfManager:
         wanted = base64.b64encode(bundle).decode()
         patched: list[str] = []
         for kind in WEBHOOK_KINDS:
-            obj = self.store.read_webhook_configuration(kind, self.webhook_configuration)
-            if obj is None:
-                continue
-            changed = False
-            for entry in obj.get("webhooks") or []:
-                client_config = entry.setdefault("clientConfig", {})
-                if client_config.get("caBundle") != wanted:
-                    client_config["caBundle"] = wanted
-                    changed = True
-            if not changed:
-                continue
             try:
-                self.store.replace_webhook_configuration(kind, self.webhook_configuration, obj)
+                if self._write_ca_bundle(kind, wanted):
+                    patched.append(kind)
             except ConflictError:
                 log.info("%s %s changed concurrently; will retry", kind, self.webhook_configuration)
-                continue
-            log.info("%s %s: caBundle written", kind, self.webhook_configuration)
-            patched.append(kind)
+            except Exception as exc:  # noqa: BLE001 - one kind failing must not block the other
+                log.warning("cannot write the caBundle of %s %s: %s",
+                            kind, self.webhook_configuration, exc)  # fmt: skip
         return patched
+
+    def _write_ca_bundle(self, kind: str, wanted: str) -> bool:
+        obj = self.store.read_webhook_configuration(kind, self.webhook_configuration)
+        if obj is None:
+            return False
+        changed = False
+        for entry in obj.get("webhooks") or []:
+            client_config = entry.setdefault("clientConfig", {})
+            if client_config.get("caBundle") != wanted:
+                client_config["caBundle"] = wanted
+                changed = True
+        if not changed:
+            return False
+        self.store.replace_webhook_configuration(kind, self.webhook_configuration, obj)
+        log.info("%s %s: caBundle written", kind, self.webhook_configuration)
+        return True
 
     def run_once(
         self, cert_file: str | None = None, key_file: str | None = None, **force: bool

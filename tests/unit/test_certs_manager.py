@@ -332,3 +332,21 @@ def _follow_rotation(
     assert Path(cert_file).read_bytes() == rotated.serving.cert_pem
     assert Path(key_file).read_bytes() == rotated.serving.key_pem
     assert store.ca_bundles() == [first.bundle_pem]
+
+
+def test_a_failing_kind_does_not_block_the_other() -> None:
+    store = FakeStore()
+    store.put("MutatingWebhookConfiguration", HOOK, _webhooks(1))
+    real_read = store.read_webhook_configuration
+
+    def forbidden_validating(kind: str, name: str) -> dict[str, Any] | None:
+        if kind == "ValidatingWebhookConfiguration":
+            raise RuntimeError("403 Forbidden")
+        return real_read(kind, name)
+
+    store.read_webhook_configuration = forbidden_validating  # type: ignore[method-assign]
+    manager = _manager(store)
+    state = manager.run_once()
+    assert store.ca_bundles() == [state.bundle_pem]
+    # Unknown publication state delays a CA switch rather than risking it.
+    assert manager._next_ca_published(manager.ensure(force_ca=True)[0]) is False
