@@ -210,3 +210,80 @@ def test_reloading_ssl_context_is_shared_per_file_pair(tmp_path: Path, ca: certs
     assert certs.reloading_ssl_context(cert_file, key_file) is first
     assert first.sni_callback is not None
     assert first.minimum_version >= ssl.TLSVersion.TLSv1_2
+
+
+def test_sidecar_debug_serve_reloads_without_restart_keeping_keepalive_connections(
+    tmp_path: Path,
+) -> None:
+    """The real server (`sidecar-debug serve`: gunicorn, gthread workers, the ssl_context hook)
+    with certificate files replaced under it, as `certs generate` or kubelet would."""
+    import http.client
+    import signal
+    import subprocess
+    import sys
+
+    from tests.cluster.cluster import free_port
+    from webhook.cli import main
+
+    out = tmp_path / "tls"
+    assert main(["certs", "generate", "--service", "s", "--namespace", "n",
+                 "--out", str(out)]) == 0  # fmt: skip
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_DEBUG_")}
+    env.update({"SIDECAR_DEBUG_CERTIFICATES_MODE": "provided", "SIDECAR_DEBUG_WORKERS": "2"})
+    log = (tmp_path / "serve.log").open("wb")
+    server = subprocess.Popen(  # noqa: S603 - our own CLI
+        [sys.executable, "-m", "webhook.cli", "serve", "--port", str(port),
+         "--bind-address", "127.0.0.1", "--tls-cert-file", str(out / "tls.crt"),
+         "--tls-key-file", str(out / "tls.key")],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    context = ssl.create_default_context(cafile=str(out / "ca.crt"))
+
+    def connection() -> http.client.HTTPSConnection:
+        conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=10)
+        conn.request("GET", "/healthz")
+        response = conn.getresponse()
+        assert response.status == 200, response.read()
+        response.read()
+        return conn
+
+    def served(conn: http.client.HTTPSConnection) -> x509.Certificate:
+        assert isinstance(conn.sock, ssl.SSLSocket)
+        return _peer(conn.sock)
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                kept = connection()
+                break
+            except OSError:
+                assert server.poll() is None, (tmp_path / "serve.log").read_text()
+                assert time.monotonic() < deadline, "server did not start"
+                time.sleep(0.2)
+        first = served(kept)
+        # Same CA (reused from the folder), new serving certificate and key.
+        assert main(["certs", "generate", "--service", "s", "--namespace", "n",
+                     "--out", str(out)]) == 0  # fmt: skip
+        renewed = certs.load_certificates((out / "tls.crt").read_bytes())[0]
+        assert renewed != first
+        deadline = time.monotonic() + 20
+        seen: list[x509.Certificate] = []
+        # Both workers must switch: keep opening connections until several in a row are new.
+        while time.monotonic() < deadline and seen[-6:] != [renewed] * 6:
+            conn = connection()
+            seen.append(served(conn))
+            conn.close()
+        assert seen[-6:] == [renewed] * 6, "workers still serve the old certificate"
+        # The keep-alive connection from before the swap still answers, on its old certificate.
+        kept.request("GET", "/healthz")
+        response = kept.getresponse()
+        assert response.status == 200
+        response.read()
+        assert served(kept) == first
+        kept.close()
+        assert server.poll() is None  # no restart
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(30)
