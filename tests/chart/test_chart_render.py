@@ -429,10 +429,12 @@ def test_image_digest_and_tag() -> None:
 def load_rendered_settings(manifest: Manifest, tmp_path: Path) -> Any:
     """Load the rendered config.yaml with the webhook's own loader, files mapped into tmp_path."""
     config = manifest.config()
+    tmp_path.mkdir(parents=True, exist_ok=True)
     if "profilesFile" in config:
         profiles = manifest.one("ConfigMap", f"{FULLNAME}-profiles")["data"]["profiles.yaml"]
         (tmp_path / "profiles.yaml").write_text(profiles)
         config["profilesFile"] = str(tmp_path / "profiles.yaml")
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return load_settings(str(path), environ={"SIDECAR_DEBUG_WEBHOOK_NAMESPACE": NAMESPACE})
@@ -658,3 +660,25 @@ def test_settings_loader_rejects_what_the_chart_must_never_render(tmp_path: Path
     path.write_text("toolsetImage: x\nnotASetting: 1\n")
     with pytest.raises(SettingsError, match="notASetting"):
         load_settings(str(path), environ={})
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        [],
+        ["policies.files={default.yaml,examples/dev-and-prod.yaml}"],
+        # strict-deny sets its own defaults: it replaces default.yaml rather than adding to it.
+        ["policies.files={examples/strict-deny.yaml}"],
+    ],
+    ids=["default", "dev-and-prod", "strict-deny"],
+)
+def test_rendered_policies_load_in_the_webhook(sets: list[str], tmp_path: Path) -> None:
+    """The policies ConfigMap, mounted as a directory, is a policy the webhook accepts."""
+    from webhook.policy import load_policy
+
+    manifest = render(sets=sets)
+    data = manifest.one("ConfigMap", f"{FULLNAME}-policies")["data"]
+    for key, text in data.items():
+        (tmp_path / key).write_text(text)
+    settings = load_rendered_settings(manifest, tmp_path / "settings")
+    load_policy(str(tmp_path), settings.profiles)
