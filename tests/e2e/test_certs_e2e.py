@@ -311,3 +311,90 @@ def test_rotation_while_pods_are_created_has_zero_tls_failures(env: Env, core_ap
     assert len(results) >= 20, f"only {len(results)} pods created"
     assert failures == [], f"{len(failures)}/{len(results)} pods failed or went without sidecar"
     print(f"{len(results)} pods created during the rotations, 0 failures")
+
+
+CHART = Path(__file__).resolve().parents[2] / "charts" / "sidecar-debug"
+RELEASE, RELEASE_NS = "sdcerts", "certs-e2e-helm"
+
+
+@pytest.mark.chart
+def test_helm_upgrade_twice_keeps_the_ca(lite_cluster: Cluster, tmp_path: Path) -> None:
+    """Install the chart (mode self); two host processes play its Deployment's replicas, bound
+    to the chart's Service ClusterIP with the chart's own settings. Two upgrades later the CA is
+    the same and every caBundle entry still carries it."""
+    import yaml
+
+    cluster = lite_cluster
+    cluster.helm("uninstall", RELEASE, "-n", RELEASE_NS, "--ignore-not-found", check=False)
+    cluster.kubectl("delete", "namespace", RELEASE_NS, "--ignore-not-found", "--wait=true",
+                    timeout=180)  # fmt: skip
+    install = ("upgrade", "--install", RELEASE, str(CHART), "-n", RELEASE_NS,
+               "--create-namespace", "--set", "certificates.mode=self")  # fmt: skip
+    cluster.helm(*install)
+    manifest = cluster.helm("get", "manifest", RELEASE, "-n", RELEASE_NS).stdout
+    objects = [o for o in yaml.safe_load_all(manifest) if o]
+    config_map = next(o for o in objects if o["kind"] == "ConfigMap"
+                      and "config.yaml" in (o.get("data") or {}))  # fmt: skip
+    settings = yaml.safe_load(config_map["data"]["config.yaml"])
+    secret_name = settings["certificatesSecret"]
+    hook_name = settings["webhookConfiguration"]
+    assert not [o for o in objects if o["kind"] == "Secret"
+                and o["metadata"]["name"] == secret_name], "Helm must not own the self Secret"
+    service = next(o for o in objects if o["kind"] == "Service")
+    port = service["spec"]["ports"][0]["port"]
+    cluster_ip = cluster.kubectl_json("get", "service", service["metadata"]["name"],
+                                      "-n", RELEASE_NS)["spec"]["clusterIP"]  # fmt: skip
+    # The chart's settings, minus the files only the pod has.
+    for mounted in ("policyPath", "profilesFile", "tlsCertFile", "tlsKeyFile"):
+        settings.pop(mounted, None)
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(yaml.safe_dump(settings))
+
+    process_env = cluster.env()
+    process_env.update({
+        "SIDECAR_DEBUG_CONFIG": str(config_file),
+        "SIDECAR_DEBUG_WEBHOOK_NAMESPACE": RELEASE_NS,  # in a pod: the service-account file
+        "SIDECAR_DEBUG_WORKERS": "1",
+        certs.ENV_RESYNC_SECONDS: "1",
+    })  # fmt: skip
+    replicas = []
+    for n in (1, 2):
+        direct = free_port()
+        env = dict(process_env)
+        env["GUNICORN_CMD_ARGS"] = (f"--reuse-port --bind {cluster_ip}:{port} "
+                                    f"--bind 127.0.0.1:{direct}")  # fmt: skip
+        log = tmp_path / f"helm-replica-{n}.log"
+        replicas.append(Replica(subprocess.Popen(  # noqa: S603 - our own CLI
+            [sys.executable, "-m", "webhook.cli", "serve"], env=env, stdout=log.open("wb"),
+            stderr=subprocess.STDOUT, start_new_session=True), direct, log))  # fmt: skip
+
+    def secret_ca() -> bytes:
+        secret = cluster.kubectl_json("get", "secret", secret_name, "-n", RELEASE_NS)
+        return base64.b64decode(secret["data"]["ca.crt"])
+
+    def bundles() -> list[bytes]:
+        found = []
+        for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+            got = cluster.kubectl("get", kind, hook_name, "-o", "json", check=False)
+            if got.returncode == 0:
+                found += [base64.b64decode(w["clientConfig"].get("caBundle") or "")
+                          for w in json.loads(got.stdout)["webhooks"]]  # fmt: skip
+        return found
+
+    try:
+        ca = _wait(secret_ca, 90, "the webhook to create its Secret")
+        _wait(lambda: bundles() and set(bundles()) == {ca}, 60, "caBundle in every entry")
+        for replica in replicas:
+            _wait(lambda r=replica: _get(r.direct_port, ca, "/readyz") == 200, 60, "ready")
+        for timeout in ("7", "9"):  # two upgrades, each changing the webhook configurations
+            cluster.helm(*install, "--set", f"webhook.timeoutSeconds={timeout}")
+            assert secret_ca() == ca, "helm upgrade changed the CA"
+            _wait(lambda: bundles() and set(bundles()) == {ca}, 30, "caBundle after upgrade")
+        config = cluster.kubectl_json("get", "mutatingwebhookconfiguration", hook_name)
+        assert {w["timeoutSeconds"] for w in config["webhooks"]} == {9}
+        assert all(r.process.poll() is None for r in replicas)
+    finally:
+        for replica in replicas:
+            _stop(replica)
+        cluster.helm("uninstall", RELEASE, "-n", RELEASE_NS, "--ignore-not-found", check=False)
+        cluster.kubectl("delete", "namespace", RELEASE_NS, "--wait=false", "--ignore-not-found")
