@@ -936,11 +936,19 @@ def prepare_serving_files(settings: Settings) -> tuple[str, str]:
             )
         return settings.tls_cert_file, settings.tls_key_file
     _ensure_logging(settings)
-    manager = SelfManager.from_settings(settings)
     directory = private_directory()
     cert_file = os.path.join(directory, KEY_TLS_CRT)
     key_file = os.path.join(directory, KEY_TLS_KEY)
-    manager.run_once(cert_file, key_file)
+    try:
+        manager = SelfManager.from_settings(settings)
+        manager.run_once(cert_file, key_file)
+    except CertificateError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - API/config errors: one clear line, not a traceback
+        raise CertificateError(
+            f"certificatesMode self: cannot read or create Secret {settings.certificates_secret}"
+            f": {type(exc).__name__}: {exc}"
+        ) from exc
     return cert_file, key_file
 
 
