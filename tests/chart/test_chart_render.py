@@ -141,6 +141,15 @@ def test_namespace_gate() -> None:
     # Only namespaces that carry the label key (old or new object) reach the webhook.
     assert expressions(hook["objectSelector"]) == {"debug": ("Exists", [])}
     assert manifest.has("ClusterRole", f"{FULLNAME}-profile-namespace-opt-in")
+    assert vwc["metadata"]["annotations"] == {"sidecar-debug.io/ca-bundle": "managed-by-webhook"}
+    assert "caBundle" not in hook["clientConfig"]
+
+
+def test_namespace_gate_with_cert_manager() -> None:
+    manifest = render([ci("certmanager"), ci("namespace-gate")])
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        annotations = manifest.one(kind, FULLNAME)["metadata"]["annotations"]
+        assert annotations["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/{FULLNAME}-serving"
 
 
 # ---------------------------------------------------------------- RBAC
