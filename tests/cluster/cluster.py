@@ -394,6 +394,8 @@ class Cluster:
         config = node.write_containerd_config(self.state_dir, socket_path)
         self._spawn("containerd", ["containerd", f"--config={config}"])
         _wait(lambda: node.containerd_ready(socket_path), 60, "containerd", self)
+        # Containers a crashed earlier run left in containerd's metadata would come back.
+        node.remove_all_pods(socket_path, self.state_dir)
         images.ensure_pause_image(socket_path)
 
         self._spawn("dns", [

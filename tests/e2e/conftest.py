@@ -1,0 +1,188 @@
+"""End-to-end fixtures: project images on the node, the chart installed, test namespaces.
+
+The cluster fixtures (`lite_cluster`, `full_cluster`) come from tests/cluster/pytest_plugin.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster.cluster import Cluster
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "sidecar-debug"
+VERSION = "0.1.0"
+WEBHOOK_IMAGE = f"localhost/sidecar-debug/webhook:{VERSION}"
+TOOLSET_IMAGE = f"localhost/sidecar-debug/toolset:{VERSION}"
+RELEASE = "sidecar-debug"
+RELEASE_NAMESPACE = "sidecar-debug"
+SIDECAR = "debug-toolset"
+STATUS_ANNOTATION = "sidecar-debug.io/status"
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
+               interval: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except Exception as error:  # noqa: BLE001 - keep polling, report the last error
+            last = error
+        else:
+            if last:
+                return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+
+
+def build_images(*targets: str) -> None:
+    """scripts/images.sh (the toolset helper's script): skips images whose inputs are unchanged."""
+    subprocess.run(["bash", str(REPO / "scripts" / "images.sh"), *targets], check=True)
+
+
+@pytest.fixture(scope="session")
+def node_images(full_cluster: Cluster) -> dict[str, str]:
+    """The webhook and toolset images built from this checkout and imported into containerd."""
+    if os.environ.get("SIDECAR_DEBUG_SKIP_IMAGE_BUILD") != "1":
+        build_images("webhook")
+        build_images("toolset")
+    for image in (WEBHOOK_IMAGE, TOOLSET_IMAGE):
+        full_cluster.load_image(image)
+    return {"webhook": WEBHOOK_IMAGE, "toolset": TOOLSET_IMAGE}
+
+
+def helm_values(*extra: str) -> list[str]:
+    return [
+        "-f", str(CHART / "ci" / "local-images-values.yaml"),
+        "--set", f"webhook.image.tag={VERSION}", "--set", f"toolset.image.tag={VERSION}",
+        *extra,
+    ]
+
+
+def install_chart(cluster: Cluster, release: str, namespace: str, *extra: str) -> None:
+    cluster.helm("install", release, str(CHART), "-n", namespace, "--create-namespace",
+                 "--wait", "--timeout", "5m", *helm_values(*extra), timeout=400)
+
+
+@pytest.fixture(scope="session")
+def chart_release(full_cluster: Cluster, node_images: dict[str, str]) -> Iterator[str]:
+    """The chart installed as `sidecar-debug` in namespace `sidecar-debug` (2 replicas)."""
+    install_chart(full_cluster, RELEASE, RELEASE_NAMESPACE)
+    wait_for_webhook_ready(full_cluster, RELEASE_NAMESPACE)
+    yield RELEASE
+    full_cluster.helm("uninstall", RELEASE, "-n", RELEASE_NAMESPACE, "--wait", check=False)
+
+
+def wait_for_webhook_ready(cluster: Cluster, namespace: str, timeout: float = 180) -> None:
+    def ready() -> bool:
+        deployments = cluster.kubectl_json("get", "deployments", "-n", namespace)["items"]
+        if not deployments:
+            return False
+        for deployment in deployments:
+            wanted = deployment["spec"].get("replicas", 1)
+            if deployment.get("status", {}).get("readyReplicas", 0) < wanted:
+                return False
+        configurations = cluster.kubectl_json("get", "mutatingwebhookconfigurations")["items"]
+        # The webhook writes its CA into the configuration itself in `self` mode.
+        return any(hook.get("clientConfig", {}).get("caBundle")
+                   for configuration in configurations
+                   for hook in configuration.get("webhooks", []))
+
+    wait_until(ready, timeout, f"webhook Deployment Ready in {namespace}")
+
+
+@pytest.fixture
+def make_namespace(full_cluster: Cluster) -> Iterator[Callable[..., str]]:
+    """Create namespaces (optionally labelled); all are deleted after the test."""
+    created: list[str] = []
+
+    def make(prefix: str = "e2e", labels: dict[str, str] | None = None) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        full_cluster.kubectl("create", "namespace", name)
+        for key, value in (labels or {}).items():
+            full_cluster.kubectl("label", "namespace", name, f"{key}={value}")
+        created.append(name)
+        return name
+
+    yield make
+    for name in created:
+        full_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def app_container(name: str = "app") -> dict[str, Any]:
+    """A long-running app built on the webhook image (python3): writes to /tmp, then idles."""
+    return {
+        "name": name,
+        "image": WEBHOOK_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": ["python3", "-c",
+                    "import pathlib, time\n"
+                    "pathlib.Path('/tmp/app-was-here').write_text('hello')\n"
+                    "while True: time.sleep(1)\n"],
+        "resources": {"requests": {"cpu": "5m", "memory": "16Mi"}},
+    }
+
+
+def pod_manifest(name: str, namespace: str, labels: dict[str, str] | None = None,
+                 annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {"app": name},
+                     "annotations": annotations or {}},
+        "spec": {"containers": [app_container()], "terminationGracePeriodSeconds": 1},
+    }
+
+
+def deployment_manifest(name: str, namespace: str, replicas: int = 1,
+                        pod_labels: dict[str, str] | None = None) -> dict[str, Any]:
+    labels = {"app": name, **(pod_labels or {})}
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": labels},
+                         "spec": {"containers": [app_container()],
+                                  "terminationGracePeriodSeconds": 1}},
+        },
+    }
+
+
+def apply(cluster: Cluster, manifest: dict[str, Any], user: str = "admin") -> None:
+    cluster.kubectl("apply", "-f", "-", user=user, input=json.dumps(manifest))
+
+
+def container_names(pod: dict[str, Any]) -> list[str]:
+    return [container["name"] for container in pod["spec"]["containers"]]
+
+
+def is_injected(pod: dict[str, Any]) -> bool:
+    return STATUS_ANNOTATION in pod["metadata"].get("annotations", {})
+
+
+def pods_of(cluster: Cluster, namespace: str, selector: str) -> list[dict[str, Any]]:
+    return list(cluster.kubectl_json("get", "pods", "-n", namespace, "-l", selector)["items"])
+
+
+def wait_pod_running(cluster: Cluster, namespace: str, name: str,
+                     timeout: float = 180) -> dict[str, Any]:
+    def running() -> dict[str, Any] | None:
+        pod = cluster.kubectl_json("get", "pod", name, "-n", namespace)
+        statuses = pod.get("status", {}).get("containerStatuses", [])
+        if pod["status"].get("phase") == "Running" and statuses and all(
+                status.get("ready") for status in statuses):
+            return dict(pod)
+        return None
+
+    return dict(wait_until(running, timeout, f"pod {namespace}/{name} running and ready"))

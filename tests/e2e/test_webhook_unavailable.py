@@ -1,0 +1,73 @@
+"""Issue 3, point 5: with the webhook scaled to 0 pods are still created (failurePolicy Ignore),
+without the sidecar and within the webhook timeout plus a second; back up, injection resumes."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import pytest
+
+from tests.cluster.cluster import Cluster
+from tests.e2e.conftest import (
+    RELEASE_NAMESPACE,
+    SIDECAR,
+    container_names,
+    is_injected,
+    pod_manifest,
+    wait_for_webhook_ready,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.full]
+
+
+def _webhook_deployment(cluster: Cluster) -> str:
+    deployments = cluster.kubectl_json(
+        "get", "deployments", "-n", RELEASE_NAMESPACE,
+        "-l", "app.kubernetes.io/component=webhook")["items"]
+    assert len(deployments) == 1, [d["metadata"]["name"] for d in deployments]
+    return str(deployments[0]["metadata"]["name"])
+
+
+def _timeout_seconds(cluster: Cluster) -> int:
+    configurations = cluster.kubectl_json("get", "mutatingwebhookconfigurations")["items"]
+    return max(hook.get("timeoutSeconds", 10) for item in configurations
+               for hook in item["webhooks"])
+
+
+def test_pods_created_without_sidecar_while_webhook_is_down(
+        full_cluster: Cluster, chart_release: str, make_namespace: Callable[..., str]) -> None:
+    namespace = make_namespace("unavailable", {"debug": "enabled"})
+    deployment = _webhook_deployment(full_cluster)
+    replicas = full_cluster.kubectl_json(
+        "get", "deployment", deployment, "-n", RELEASE_NAMESPACE)["spec"]["replicas"]
+    limit = _timeout_seconds(full_cluster) + 1
+    full_cluster.kubectl("scale", "deployment", deployment, "-n", RELEASE_NAMESPACE,
+                         "--replicas=0")
+    try:
+        wait_until(lambda: not full_cluster.kubectl_json(
+            "get", "pods", "-n", RELEASE_NAMESPACE,
+            "-l", "app.kubernetes.io/component=webhook")["items"], 120,
+            "the webhook pods to be gone")
+        started = time.monotonic()
+        out = full_cluster.kubectl("create", "-o", "json", "-f", "-",
+                                   input=json.dumps(pod_manifest("while-down", namespace))).stdout
+        elapsed = time.monotonic() - started
+        pod = json.loads(out)
+        assert container_names(pod) == ["app"] and not is_injected(pod)
+        assert elapsed <= limit, f"creation took {elapsed:.1f}s, limit {limit}s"
+    finally:
+        full_cluster.kubectl("scale", "deployment", deployment, "-n", RELEASE_NAMESPACE,
+                             f"--replicas={replicas}")
+    wait_for_webhook_ready(full_cluster, RELEASE_NAMESPACE)
+
+    def injected_again() -> bool:
+        name = f"after-{int(time.time() * 1000) % 100000}"
+        out = full_cluster.kubectl("create", "-o", "json", "-f", "-",
+                                   input=json.dumps(pod_manifest(name, namespace))).stdout
+        return container_names(json.loads(out))[0] == SIDECAR
+
+    # Endpoints and kube-proxy rules follow readiness within a few seconds.
+    wait_until(injected_again, 60, "injection to resume", interval=2)
