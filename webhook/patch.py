@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import jsonpatch
@@ -36,11 +37,11 @@ def _diff(old: Any, new: Any, path: str, ops: list[Op]) -> None:
             if key not in new:
                 ops.append({"op": "remove", "path": f"{path}/{escape(key)}"})
         for key, value in new.items():
-            child = f"{path}/{escape(key)}"
+            # The escaped path only for keys that changed: a pod has hundreds that did not.
             if key not in old:
-                ops.append({"op": "add", "path": child, "value": value})
+                ops.append({"op": "add", "path": f"{path}/{escape(key)}", "value": value})
             elif old[key] != value:
-                _diff(old[key], value, child, ops)
+                _diff(old[key], value, f"{path}/{escape(key)}", ops)
         return
     if type(old) is type(new) and isinstance(old, list):
         _diff_list(old, new, path, ops)
@@ -50,11 +51,18 @@ def _diff(old: Any, new: Any, path: str, ops: list[Op]) -> None:
 
 
 def _diff_list(old: list[Any], new: list[Any], path: str, ops: list[Op]) -> None:
-    matcher = difflib.SequenceMatcher(
-        a=[_identity(v) for v in old], b=[_identity(v) for v in new], autojunk=False
-    )
+    old_ids, new_ids = [_identity(v) for v in old], [_identity(v) for v in new]
+    if len(new_ids) > len(old_ids) and new_ids[: len(old_ids)] == old_ids:
+        # Items only appended (a mount added to every app container): the very opcodes the
+        # matcher finds (equal prefix, insert at the end), without building one per list.
+        opcodes: Sequence[tuple[str, int, int, int, int]] = [
+            ("equal", 0, len(old), 0, len(old)),
+            ("insert", len(old), len(old), len(old), len(new)),
+        ]
+    else:
+        opcodes = difflib.SequenceMatcher(a=old_ids, b=new_ids, autojunk=False).get_opcodes()
     shift = 0  # how far indices in `old` have moved because of the ops emitted so far
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, j2 in opcodes:
         if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
             for offset in range(i2 - i1):
                 old_item, new_item = old[i1 + offset], new[j1 + offset]
