@@ -8,6 +8,7 @@ webhook fails before it takes traffic rather than on the first pod.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -86,7 +87,9 @@ class Profile:
     env: tuple[tuple[str, str], ...] = ()
     share_process_namespace: bool = True
 
-    @property
+    # Cached: the policy gate asks for every profile on every review, and a profile never
+    # changes after start-up (cached_property writes __dict__, so frozen is fine).
+    @functools.cached_property
     def privilege_reasons(self) -> tuple[str, ...]:
         """Why this profile needs an RBAC grant; empty when it is within Pod Security baseline."""
         reasons: list[str] = []
