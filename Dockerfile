@@ -27,15 +27,21 @@ WORKDIR /src
 # without it buildable.
 COPY pyproject.toml README.m[d] ./
 RUN test -f README.md || echo "sidecar-debug" > README.md
-COPY webhook ./webhook
+# Dependencies first, from pyproject.toml alone (with a placeholder package), so that a change
+# under webhook/ rebuilds only the last, cheap layer.
 # kubernetes >= 35 ships an asyncio client (kubernetes/aio, ~70 MB with bytecode) and its
 # aiohttp stack; the webhook uses only the synchronous client (which does need pydantic).
-RUN /opt/sidecar-debug/bin/pip install . \
- && /opt/sidecar-debug/bin/python -c 'import kubernetes.client, webhook.cli' \
+RUN mkdir webhook && touch webhook/__init__.py \
+ && /opt/sidecar-debug/bin/pip install . \
+ && /opt/sidecar-debug/bin/pip uninstall -y sidecar-debug \
+ && rm -rf webhook build ./*.egg-info \
  && rm -rf /opt/sidecar-debug/lib/python3.11/site-packages/kubernetes/aio \
  && /opt/sidecar-debug/bin/pip uninstall -y aiohttp aiohttp-retry aiohappyeyeballs aiosignal \
       frozenlist multidict propcache yarl \
- && /opt/sidecar-debug/bin/python -c 'import kubernetes.client, kubernetes.stream, webhook.cli' \
+ && /opt/sidecar-debug/bin/python -c 'import kubernetes.client, kubernetes.stream'
+COPY webhook ./webhook
+RUN /opt/sidecar-debug/bin/pip install --no-deps . \
+ && /opt/sidecar-debug/bin/python -c 'import webhook.cli' \
  && /opt/sidecar-debug/bin/pip uninstall -y pip setuptools \
  && find /opt/sidecar-debug -name '__pycache__' -prune -exec rm -rf {} + \
  && /opt/sidecar-debug/bin/python -m compileall -q -j 0 /opt/sidecar-debug/lib

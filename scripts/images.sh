@@ -178,10 +178,15 @@ EOF
 podman_build() {
   local image="$1" hash="$2" context="$3"; shift 3
   log "building $image"
-  podman build --from "$BASE_IMAGE" --label "$INPUTS_LABEL=$hash" --tag "$image" \
-    --layers "$@" "$context"
-  # Drop the dangling previous build so the cache does not grow on every change.
-  podman image prune -f >/dev/null 2>&1 || true
+  local logfile="$CACHE/build-logs/${image##*/}.log"
+  mkdir -p "$CACHE/build-logs"
+  # Intermediate images of multi-stage builds are untagged: no `image prune` here, it would
+  # throw away the layer cache that makes the next build quick.
+  if ! podman build --from "$BASE_IMAGE" --label "$INPUTS_LABEL=$hash" --tag "$image" \
+    --layers "$@" "$context" >"$logfile" 2>&1; then
+    tail -n 40 "$logfile" >&2
+    die "building $image failed; full log: $logfile"
+  fi
   log "built $image ($(image_size "$image"))"
 }
 
