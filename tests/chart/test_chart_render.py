@@ -285,6 +285,8 @@ def test_deployment_ha_defaults() -> None:
     assert pdb["apiVersion"] == "policy/v1"
     assert pdb["spec"]["minAvailable"] == 1
     selector = deployment["spec"]["selector"]["matchLabels"]
+    template_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= template_labels.items(), "selector must match the pod labels"
     assert pdb["spec"]["selector"]["matchLabels"] == selector
     spec = manifest.pod_spec()
     (spread,) = spec["topologySpreadConstraints"]
@@ -298,6 +300,15 @@ def test_deployment_ha_defaults() -> None:
     assert service["spec"]["ports"] == [
         {"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}
     ]
+
+
+@pytest.mark.parametrize("scenario", [None, "custom-profiles", "ha-off"])
+def test_selector_matches_pod_labels_with_extra_labels(scenario: str | None) -> None:
+    sets = ["commonLabels.team=debug", "webhook.podLabels.tier=control"]
+    deployment = render([ci(scenario)] if scenario else [], sets=sets).deployment()
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert labels["team"] == "debug" and labels["tier"] == "control"
 
 
 def test_pdb_uses_v1beta1_on_kubernetes_1_20() -> None:

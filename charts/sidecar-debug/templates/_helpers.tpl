@@ -46,6 +46,18 @@ app.kubernetes.io/part-of: sidecar-debug
 {{- end }}
 {{- end -}}
 
+{{/* Labels of the webhook pods: the selector labels plus the common ones. */}}
+{{- define "sidecar-debug.podLabels" -}}
+{{ include "sidecar-debug.selectorLabels" . }}
+helm.sh/chart: {{ include "sidecar-debug.chart" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: sidecar-debug
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
 {{- define "sidecar-debug.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "sidecar-debug.fullname" .) .Values.serviceAccount.name -}}
