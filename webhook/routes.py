@@ -54,14 +54,15 @@ def _read_review_body(settings: Settings) -> Any | Response:
     mimetype = (request.mimetype or "").lower()
     if mimetype != JSON:
         return _refuse(415, f"content type must be {JSON}, got {mimetype or 'none'!r}")
+    limit = settings.max_request_bytes
     length = request.content_length
-    if length is not None and length > settings.max_request_bytes:
-        _drain(settings.max_request_bytes)
-        return _refuse(413, f"body of {length} bytes exceeds the {settings.max_request_bytes}-byte limit")
-    raw = request.stream.read(settings.max_request_bytes + 1)
-    if len(raw) > settings.max_request_bytes:
-        _drain(settings.max_request_bytes)
-        return _refuse(413, f"body exceeds the {settings.max_request_bytes}-byte limit")
+    if length is not None and length > limit:
+        _drain(limit)
+        return _refuse(413, f"body of {length} bytes exceeds the {limit}-byte limit")
+    raw = request.stream.read(limit + 1)
+    if len(raw) > limit:
+        _drain(limit)
+        return _refuse(413, f"body exceeds the {limit}-byte limit")
     if not raw.strip():
         return _refuse(400, "empty body; expected an AdmissionReview JSON object")
     try:
