@@ -58,8 +58,11 @@ def mutator(settings: Settings | None = None) -> Mutator:
     return Mutator(settings or default_settings(), AllowAll(grant="test"))
 
 
-def injected(pod: dict[str, Any], namespace: str = "demo", settings: Settings | None = None,
-             ) -> tuple[dict[str, Any], dict[str, Any]]:
+def injected(
+    pod: dict[str, Any],
+    namespace: str = "demo",
+    settings: Settings | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(patched pod, AdmissionReview response) through the full review path."""
     from webhook.admission import decode_patch
 

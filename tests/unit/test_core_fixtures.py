@@ -51,7 +51,9 @@ def test_every_recorded_pod_is_injected_validly_and_uid_echoed(case: Path) -> No
 
 def test_replicaset_controller_pod_has_no_name_and_no_namespace_in_the_object() -> None:
     request, response, patched = review("deployment-replicaset-pod")
-    assert request["userInfo"]["username"] == "system:serviceaccount:kube-system:replicaset-controller"
+    assert (
+        request["userInfo"]["username"] == "system:serviceaccount:kube-system:replicaset-controller"
+    )
     assert "name" not in request["object"]["metadata"]
     assert patched["spec"]["shareProcessNamespace"] is True
 

@@ -46,19 +46,45 @@ HOSTILE: list[tuple[str, str, bytes, int, str]] = [
     ("deeply nested json", JSON, b"[" * 100000 + b"]" * 100000, 400, "not valid JSON"),
     ("json array", JSON, b"[1,2]", 200, "not an AdmissionReview"),
     ("json string", JSON, b'"hello"', 200, "not an AdmissionReview"),
-    ("no request", JSON, b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}', 200,
-     "has no request"),
-    ("wrong api version", JSON, b'{"apiVersion":"v9","kind":"AdmissionReview","request":{}}', 200,
-     "not handled"),
-    ("not a pod", JSON, _review(kind={"group": "apps", "version": "v1", "kind": "Deployment"}), 200,
-     "is not a Pod"),
+    (
+        "no request",
+        JSON,
+        b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}',
+        200,
+        "has no request",
+    ),
+    (
+        "wrong api version",
+        JSON,
+        b'{"apiVersion":"v9","kind":"AdmissionReview","request":{}}',
+        200,
+        "not handled",
+    ),
+    (
+        "not a pod",
+        JSON,
+        _review(kind={"group": "apps", "version": "v1", "kind": "Deployment"}),
+        200,
+        "is not a Pod",
+    ),
     ("update operation", JSON, _review(operation="UPDATE"), 200, "not handled"),
     ("pod without spec", JSON, _review(object={"metadata": {}}), 200, "no Pod object"),
     ("object is a list", JSON, _review(object=[1, 2]), 200, "no Pod object"),
     ("containers not a list", JSON, _review(object={"spec": {"containers": "x"}}), 200, ""),
-    ("metadata not a map", JSON, _review(object={"metadata": 5, "spec": {"containers": []}}), 200, ""),
-    ("annotations not a map", JSON,
-     _review(object={"metadata": {"annotations": ["x"]}, "spec": {"containers": []}}), 200, ""),
+    (
+        "metadata not a map",
+        JSON,
+        _review(object={"metadata": 5, "spec": {"containers": []}}),
+        200,
+        "",
+    ),
+    (
+        "annotations not a map",
+        JSON,
+        _review(object={"metadata": {"annotations": ["x"]}, "spec": {"containers": []}}),
+        200,
+        "",
+    ),
 ]
 
 
@@ -83,9 +109,12 @@ def client() -> Any:
     return create_app(default_settings(), AllowAll()).test_client()
 
 
-@pytest.mark.parametrize(("name", "ctype", "body", "status", "text"), HOSTILE, ids=[h[0] for h in HOSTILE])
-def test_hostile_input_through_flask(client: Any, name: str, ctype: str, body: bytes, status: int,
-                                     text: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "ctype", "body", "status", "text"), HOSTILE, ids=[h[0] for h in HOSTILE]
+)
+def test_hostile_input_through_flask(
+    client: Any, name: str, ctype: str, body: bytes, status: int, text: str
+) -> None:
     response = client.post("/mutate", data=body, content_type=ctype)
     _check(response.status_code, response.data, status, text)
 
@@ -127,15 +156,40 @@ def _free_port() -> int:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ssl.SSLContext]]:
     certs = tmp_path_factory.mktemp("certs")
     cli = [sys.executable, "-m", "webhook.cli"]
-    subprocess.run([*cli, "certs", "generate", "--service", "localhost", "--namespace", "test",
-                    "--out", str(certs)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            *cli,
+            "certs",
+            "generate",
+            "--service",
+            "localhost",
+            "--namespace",
+            "test",
+            "--out",
+            str(certs),
+        ],
+        check=True,
+        capture_output=True,
+    )
     port = _free_port()
     log = (certs / "serve.log").open("w")
     env = {**os.environ, "SIDECAR_DEBUG_WORKERS": "1"}
     server = subprocess.Popen(
-        [*cli, "serve", "--tls-cert-file", str(certs / "tls.crt"), "--tls-key-file",
-         str(certs / "tls.key"), "--port", str(port), "--bind-address", "127.0.0.1"],
-        stdout=log, stderr=subprocess.STDOUT, env=env,
+        [
+            *cli,
+            "serve",
+            "--tls-cert-file",
+            str(certs / "tls.crt"),
+            "--tls-key-file",
+            str(certs / "tls.key"),
+            "--port",
+            str(port),
+            "--bind-address",
+            "127.0.0.1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
     )
     context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
     context.check_hostname = False  # the certificate names the Service, we dial 127.0.0.1
@@ -157,8 +211,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ssl.
 
 
 def _post(url: str, context: ssl.SSLContext, ctype: str, body: bytes) -> tuple[int, bytes]:
-    request = urllib.request.Request(url + "/mutate", data=body, method="POST",  # noqa: S310
-                                     headers={"Content-Type": ctype})
+    request = urllib.request.Request(  # noqa: S310 - https to our own test server
+        url + "/mutate",
+        data=body,
+        method="POST",  # noqa: S310
+        headers={"Content-Type": ctype},
+    )
     try:
         with urllib.request.urlopen(request, context=context, timeout=30) as response:  # noqa: S310
             return int(response.status), response.read()

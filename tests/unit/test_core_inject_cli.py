@@ -19,13 +19,27 @@ TEMPLATE = {
 }
 WORKLOADS = {
     "Deployment": ("apps/v1", {"selector": {"matchLabels": {"app": "web"}}, "template": TEMPLATE}),
-    "StatefulSet": ("apps/v1", {"serviceName": "web", "selector": {"matchLabels": {"app": "web"}},
-                                "template": TEMPLATE}),
+    "StatefulSet": (
+        "apps/v1",
+        {"serviceName": "web", "selector": {"matchLabels": {"app": "web"}}, "template": TEMPLATE},
+    ),
     "DaemonSet": ("apps/v1", {"selector": {"matchLabels": {"app": "web"}}, "template": TEMPLATE}),
     "ReplicaSet": ("apps/v1", {"selector": {"matchLabels": {"app": "web"}}, "template": TEMPLATE}),
-    "Job": ("batch/v1", {"template": {**TEMPLATE, "spec": {**TEMPLATE["spec"], "restartPolicy": "Never"}}}),
-    "CronJob": ("batch/v1", {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": {
-        **TEMPLATE, "spec": {**TEMPLATE["spec"], "restartPolicy": "Never"}}}}}),
+    "Job": (
+        "batch/v1",
+        {"template": {**TEMPLATE, "spec": {**TEMPLATE["spec"], "restartPolicy": "Never"}}},
+    ),
+    "CronJob": (
+        "batch/v1",
+        {
+            "schedule": "* * * * *",
+            "jobTemplate": {
+                "spec": {
+                    "template": {**TEMPLATE, "spec": {**TEMPLATE["spec"], "restartPolicy": "Never"}}
+                }
+            },
+        },
+    ),
 }
 
 
@@ -38,10 +52,20 @@ def manifests() -> str:
         {"apiVersion": api, "kind": kind, "metadata": {"name": kind.lower()}, "spec": spec}
         for kind, (api, spec) in WORKLOADS.items()
     ]
-    docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pod"}, "spec": TEMPLATE["spec"]})
-    docs.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
-                 "spec": {"ports": [{"port": 80}]}})
-    docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "v"}})
+    docs.append(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pod"}, "spec": TEMPLATE["spec"]}
+    )
+    docs.append(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "web"},
+            "spec": {"ports": [{"port": 80}]},
+        }
+    )
+    docs.append(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "v"}}
+    )
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
@@ -95,10 +119,16 @@ def test_profile_flag_is_recorded_on_the_pod() -> None:
         (["inject", "-f", "/no/such/file.yaml"], None, "cannot read /no/such/file.yaml"),
         (["inject", "-f", "-"], "a: [unclosed", "is not valid YAML"),
         (["inject", "-f", "-", "--profile", "nope"], manifests(), "unknown debug profile 'nope'"),
-        (["inject", "-f", "-"], "kind: Deployment\nmetadata: {name: x}\nspec: {}\n", "has no pod template"),
+        (
+            ["inject", "-f", "-"],
+            "kind: Deployment\nmetadata: {name: x}\nspec: {}\n",
+            "has no pod template",
+        ),
     ],
 )
-def test_errors_are_one_clear_line_and_exit_non_zero(args: list[str], stdin: str | None, message: str) -> None:
+def test_errors_are_one_clear_line_and_exit_non_zero(
+    args: list[str], stdin: str | None, message: str
+) -> None:
     result = run(args, stdin)
     assert result.returncode != 0
     assert message in result.stderr

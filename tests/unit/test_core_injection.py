@@ -1,4 +1,4 @@
-"""The injection cases issue #2 lists, through the whole review path, asserting what users rely on."""
+"""The injection cases issue #2 lists, through the whole review path, as users rely on them."""
 
 from __future__ import annotations
 
@@ -42,7 +42,10 @@ def test_full_profile_gives_sidecar_first_shared_pids_and_mounts_everywhere() ->
     host = {m["mountPath"]: m for m in sidecar["volumeMounts"] if m.get("readOnly")}
     assert set(host) == {"/usr/src", "/lib/modules"}
     assert "/usr/src" not in mounts(app) and "/lib/modules" not in mounts(app)
-    assert sidecar["lifecycle"]["postStart"]["exec"]["command"] == ["toolset-entrypoint", "--wait-ready"]
+    assert sidecar["lifecycle"]["postStart"]["exec"]["command"] == [
+        "toolset-entrypoint",
+        "--wait-ready",
+    ]
     status = json.loads(result["metadata"]["annotations"][constants.ANNOTATION_STATUS])
     assert status["profile"] == "full" and status["version"] and status["grant"] == "test"
     assert result["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"] == "app"
@@ -94,7 +97,9 @@ def test_opt_out(labels: dict[str, str], annotations: dict[str, str], reason: st
     assert review["response"]["auditAnnotations"]["reason"] == reason
 
 
-@pytest.mark.parametrize("namespace", ["kube-system", "kube-public", "kube-node-lease", "sidecar-debug"])
+@pytest.mark.parametrize(
+    "namespace", ["kube-system", "kube-public", "kube-node-lease", "sidecar-debug"]
+)
 def test_excluded_namespaces_are_never_injected(namespace: str) -> None:
     settings = settings_with(webhook_namespace="sidecar-debug")
     review = mutator(settings).review(admission_review(pod(), namespace=namespace))
@@ -104,7 +109,12 @@ def test_excluded_namespaces_are_never_injected(namespace: str) -> None:
 
 def test_excluded_namespaces_setting_cannot_drop_the_system_ones() -> None:
     settings = load_settings(environ={"SIDECAR_DEBUG_EXCLUDED_NAMESPACES": "team-a"})
-    assert {"team-a", "kube-system", "kube-public", "kube-node-lease"} <= settings.excluded_namespaces
+    assert {
+        "team-a",
+        "kube-system",
+        "kube-public",
+        "kube-node-lease",
+    } <= settings.excluded_namespaces
 
 
 def test_unknown_profile_is_refused_with_the_known_ones_named() -> None:
@@ -162,12 +172,17 @@ def test_user_env_is_never_overwritten_and_node_options_is_appended_once() -> No
     assert env["NODE_OPTIONS"]["value"] == "--inspect --perf-basic-prof"
     p["spec"]["containers"][0]["env"] = [{"name": "NODE_OPTIONS", "value": "--perf-basic-prof"}]
     result, _ = injected(p)
-    assert result["spec"]["containers"][1]["env"] == [{"name": "NODE_OPTIONS", "value": "--perf-basic-prof"}]
+    assert result["spec"]["containers"][1]["env"] == [
+        {"name": "NODE_OPTIONS", "value": "--perf-basic-prof"}
+    ]
 
 
 def test_dotnet_hints_follow_the_profile_techniques() -> None:
     p = pod()
-    p["metadata"]["annotations"] = {constants.ANNOTATION_RUNTIME: "dotnet", constants.ANNOTATION_PROFILE: "perf"}
+    p["metadata"]["annotations"] = {
+        constants.ANNOTATION_RUNTIME: "dotnet",
+        constants.ANNOTATION_PROFILE: "perf",
+    }
     p["spec"]["containers"][0]["env"] = [{"name": "DOTNET_PerfMapEnabled", "value": "0"}]
     result, _ = injected(p)
     env = {e["name"]: e["value"] for e in result["spec"]["containers"][1]["env"]}
@@ -190,11 +205,17 @@ def test_a_platform_team_adds_a_profile_without_code(tmp_path: Any) -> None:
         "    techniques: []\n"
         "    securityContext: {capabilities: {add: [SYS_PTRACE]}}\n"
     )
-    settings = load_settings(environ={"SIDECAR_DEBUG_PROFILES_FILE": str(profiles),
-                                      "SIDECAR_DEBUG_DEFAULT_PROFILE": "gdb"})
+    settings = load_settings(
+        environ={
+            "SIDECAR_DEBUG_PROFILES_FILE": str(profiles),
+            "SIDECAR_DEBUG_DEFAULT_PROFILE": "gdb",
+        }
+    )
     assert settings.profiles["gdb"].requires_grant
     result, _ = injected(pod(), settings=settings)
-    assert result["spec"]["containers"][0]["securityContext"] == {"capabilities": {"add": ["SYS_PTRACE"]}}
+    assert result["spec"]["containers"][0]["securityContext"] == {
+        "capabilities": {"add": ["SYS_PTRACE"]}
+    }
 
 
 @pytest.mark.parametrize(
@@ -215,7 +236,9 @@ def test_bad_settings_fail_at_start_naming_the_field(environ: dict[str, str], fi
 def test_config_file_typo_names_the_key_and_the_known_ones(tmp_path: Any) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("toolsetImagee: x\n")
-    with pytest.raises(SettingsError, match=r"toolsetImagee: unknown setting; known: .*toolsetImage"):
+    with pytest.raises(
+        SettingsError, match=r"toolsetImagee: unknown setting; known: .*toolsetImage"
+    ):
         load_settings(str(config), environ={})
 
 

@@ -35,13 +35,21 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
     for name in names:
         container: dict[str, Any] = {"name": name, "image": "busybox"}
         if volume_names:
-            chosen = draw(st.lists(st.tuples(st.sampled_from(volume_names), mount_path),
-                                   max_size=3, unique_by=lambda t: t[1].rstrip("/")))
+            chosen = draw(
+                st.lists(
+                    st.tuples(st.sampled_from(volume_names), mount_path),
+                    max_size=3,
+                    unique_by=lambda t: t[1].rstrip("/"),
+                )
+            )
             if chosen:
                 container["volumeMounts"] = [{"name": v, "mountPath": p} for v, p in chosen]
-        env = draw(st.lists(st.tuples(env_name, st.text(max_size=8)), max_size=3,
-                            unique_by=lambda t: t[0]))
-        env += draw(st.sampled_from([[], [("NODE_OPTIONS", "--inspect")], [("PYTHONPERFSUPPORT", "0")]]))
+        env = draw(
+            st.lists(st.tuples(env_name, st.text(max_size=8)), max_size=3, unique_by=lambda t: t[0])
+        )
+        env += draw(
+            st.sampled_from([[], [("NODE_OPTIONS", "--inspect")], [("PYTHONPERFSUPPORT", "0")]])
+        )
         seen: set[str] = set()
         entries = []
         for key, value in env:
@@ -66,7 +74,9 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
         metadata["name"] = names[0]
     else:
         metadata["generateName"] = names[0] + "-"
-    labels = draw(st.dictionaries(meta_key, st.from_regex(r"[a-z0-9]{0,8}", fullmatch=True), max_size=3))
+    labels = draw(
+        st.dictionaries(meta_key, st.from_regex(r"[a-z0-9]{0,8}", fullmatch=True), max_size=3)
+    )
     annotations = draw(st.dictionaries(meta_key, st.text(max_size=10), max_size=3))
     if draw(st.booleans()):
         annotations["sidecar-debug.io/profile"] = draw(st.sampled_from(PROFILES))
@@ -89,7 +99,9 @@ COMMON = settings(max_examples=60, deadline=None, suppress_health_check=[HealthC
 @given(pods())
 def test_patch_applied_to_original_equals_mutated(pod: dict[str, Any]) -> None:
     s = default_settings()
-    profile = s.profiles[pod["metadata"].get("annotations", {}).get("sidecar-debug.io/profile", "full")]
+    profile = s.profiles[
+        pod["metadata"].get("annotations", {}).get("sidecar-debug.io/profile", "full")
+    ]
     mutated, _ = inject_pod(pod, InjectionPlan(profile=profile, runtime="node"), s)
     assert apply_patch(pod, create_patch(pod, mutated)) == mutated
     review = mutator().review(admission_review(pod))
