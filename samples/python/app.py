@@ -1,0 +1,27 @@
+"""Sample app for the LTTng technique: Python logging events reach LTTng through the
+python3-lttngust agent (importing `lttngust` registers this process with the session daemon
+found in /var/run/lttng, which must already be running: the sidecar starts before the app).
+
+Logs one INFO record per tick on logger `sample`, and its throughput once a second.
+"""
+
+import logging
+import os
+import signal
+import sys
+import time
+
+import lttngust  # noqa: F401  (registers the LTTng Python agent on import)
+
+logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(asctime)s %(message)s")
+logger = logging.getLogger("sample")
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+interval = float(os.environ.get("TICK_SECONDS", "0.1"))
+tick = 0
+while True:
+    tick += 1
+    logger.info("tick %d: %d orders processed", tick, tick * 3)
+    if tick % 50 == 0:
+        logger.warning("tick %d: queue is getting long", tick)
+    time.sleep(interval)
