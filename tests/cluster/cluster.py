@@ -261,6 +261,13 @@ class Cluster:
 
     # ------------------------------------------------------------------ internals
     def _preflight(self) -> None:
+        wanted = ["etcd"] + (["containerd", "runc", "ctr", "iptables", "ip", "podman",
+                              "conntrack", "catatonit"] if self.mode == "full" else [])
+        if os.geteuid() == 0 and (binaries.require_programs(wanted)
+                                  or not Path("/usr/lib/cni/bridge").exists()):
+            self._log("installing the cluster's Debian packages (scripts/cluster-deps.sh)")
+            subprocess.run(["bash", str(binaries.REPO_ROOT / "scripts" / "cluster-deps.sh")],
+                           check=True)
         problems = []
         if os.geteuid() != 0 and self.mode == "full":
             problems.append("the full cluster needs root (bridge, iptables, containerd)")
@@ -295,6 +302,9 @@ class Cluster:
         bin_dir = binaries.kubernetes_bin_dir()
         full = self.mode == "full"
         address = node.BRIDGE_ADDRESS if full else "127.0.0.1"
+        if full:
+            # The apiserver advertises, and clients dial, the bridge's address: it must exist.
+            node.prepare_host(self.state_dir)
         self.state.apiserver_address = address
         self.state.service_cidr = FULL_SERVICE_CIDR if full else LITE_SERVICE_CIDR
         first_service_ip = self.state.service_cidr.rsplit(".", 1)[0] + ".1"
@@ -389,7 +399,6 @@ class Cluster:
     def _start_node(self) -> None:
         bin_dir = binaries.kubernetes_bin_dir()
         kubeconfig_dir = self.state_dir / "kubeconfig"
-        node.prepare_host(self.state_dir)
         socket_path = self._containerd_socket()
         config = node.write_containerd_config(self.state_dir, socket_path)
         self._spawn("containerd", ["containerd", f"--config={config}"])

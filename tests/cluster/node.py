@@ -57,6 +57,8 @@ def prepare_host(state_dir: Path) -> None:
             "type": "bridge",
             "bridge": BRIDGE,
             "isGateway": True,
+            # Without a default route, Service IPs (10.96.0.0/24) are unreachable from pods.
+            "isDefaultGateway": True,
             "ipMasq": False,
             "hairpinMode": True,
             "ipam": {
