@@ -1,0 +1,155 @@
+"""`python -m bench` (`make bench`): handler cost, scaling, memory and pod creation on the real
+apiserver; prints a table and writes bench/results/<name>-<time>.json. docs/performance.md
+explains every number and the commands that reproduce them."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench import handler, loadgen, report, scaling, servers, stub_api
+from bench.servers import ServerSpec
+from webhook.config import Settings
+
+SECTIONS = ("handler", "workers", "scaling", "memory", "e2e")
+WORKER_CONFIGS = (
+    "sync:2,sync:4,gthread:1x4,gthread:2x1,gthread:2x4,gthread:2x8,gthread:3x4,gthread:4x2"
+)
+
+
+def parse_config(text: str) -> ServerSpec:
+    """`sync:N` or `gthread:WxT`."""
+    kind, _, count = text.partition(":")
+    if kind == "sync":
+        return ServerSpec(worker_class="sync", workers=int(count), threads=1)
+    workers, _, threads = count.partition("x")
+    return ServerSpec(worker_class="gthread", workers=int(workers), threads=int(threads or 1))
+
+
+def _log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def arguments(argv: list[str] | None) -> argparse.Namespace:
+    defaults = Settings()
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--sections", default=",".join(SECTIONS),
+                        help=f"comma-separated, from {', '.join(SECTIONS)} (default: all)")
+    parser.add_argument("--seconds", type=float, default=10, help="wrk duration per point")
+    parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--shapes", default="typical,large")
+    parser.add_argument("--workers", type=int, default=defaults.workers)
+    parser.add_argument("--threads", type=int, default=defaults.threads)
+    parser.add_argument("--worker-configs", default=WORKER_CONFIGS,
+                        help="for the workers section: sync:N or gthread:WxT, comma-separated")
+    parser.add_argument("--memory-reviews", type=int, default=100_000)
+    parser.add_argument("--pods", type=int, default=300, help="pod creations per namespace")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of creations")
+    parser.add_argument("--e2e-modes", default="webhook,rbac-cached,rbac-cold")
+    parser.add_argument("--no-cluster", action="store_true",
+                        help="skip the e2e section (the only one that needs Kubernetes)")
+    parser.add_argument("--reuse-cluster", action="store_true",
+                        help="reuse (and leave running) the bench's own lite cluster")
+    parser.add_argument("--quick", action="store_true",
+                        help="a fast pass: 2 s points, 5k reviews for memory, 30 pods")
+    parser.add_argument("--out", type=Path, default=report.RESULTS_DIR)
+    parser.add_argument("--name", default="bench")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.seconds = min(args.seconds, 2)
+        args.memory_reviews = min(args.memory_reviews, 5000)
+        args.pods, args.rounds = min(args.pods, 30), 1
+        args.worker_configs = "sync:2,gthread:2x4"
+    return args
+
+
+@contextlib.contextmanager
+def _cluster(needed: bool, reuse: bool) -> Iterator[Any]:
+    if not needed:
+        yield None
+        return
+    from bench import e2e
+
+    with e2e.lite_cluster(_log, reuse=reuse) as cluster:
+        yield cluster
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        raise SystemExit(f"unknown section(s) {sorted(unknown)}; known: {', '.join(SECTIONS)}")
+    served = {"handler", "workers", "memory"} & set(sections)
+    if served and not loadgen.wrk_available():
+        raise SystemExit("wrk is missing: apt-get install wrk (scripts/setup.sh does)")
+    if args.no_cluster and "e2e" in sections:
+        sections.remove("e2e")
+        _log("--no-cluster: skipping the e2e section")
+    results: dict[str, Any] = {"meta": report.metadata(), "arguments": vars(args) | {
+        "out": str(args.out)}}
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    shapes = [s.strip() for s in args.shapes.split(",")]
+
+    def save() -> Path:
+        results["targets"] = report.targets(results)
+        results["meta"]["load_average_end"] = list(servers.load_average())
+        return report.write(results, args.out, args.name)
+
+    with tempfile.TemporaryDirectory(prefix="sidecar-debug-bench-") as tmp, \
+            stub_api.stub_api(Path(tmp)) as stub_kubeconfig, \
+            _cluster("e2e" in sections, args.reuse_cluster) as cluster:
+        workdir = Path(tmp)
+        _, cert, key = servers.make_certs(workdir / "certs")
+        # The served sections ask the stand-in API (cached answers, as in a cluster).
+        env = {"KUBECONFIG": str(stub_kubeconfig)}
+        spec = ServerSpec(workers=args.workers, threads=args.threads, env=env)
+        if "handler" in sections:
+            results["handler"] = handler.handler_cost(
+                cert, key, workdir, spec, shapes=shapes, concurrencies=concurrencies,
+                seconds=args.seconds, log=_log)
+            save()
+        if "workers" in sections:
+            specs = [parse_config(c) for c in args.worker_configs.split(",")]
+            for s in specs:
+                s.env = env
+            results["workers"] = handler.worker_choice(
+                cert, key, workdir, specs, shape="typical",
+                concurrencies=[c for c in concurrencies if c > 1] or concurrencies,
+                seconds=args.seconds, log=_log)
+            save()
+        if "scaling" in sections:
+            results["scaling"] = scaling.scaling(budget_s=0.1 if args.quick else 0.4)
+            _log(f"scaling fit: {results['scaling']['fit']}")
+            save()
+        if "memory" in sections:
+            results["memory"] = handler.memory(
+                cert, key, workdir, spec, reviews=args.memory_reviews,
+                chunk_seconds=min(10.0, args.seconds * 2), shape="typical", log=_log)
+            save()
+        if "e2e" in sections and cluster is not None:
+            from bench import e2e
+
+            results["e2e"] = e2e.pod_creation(
+                cluster, workdir, modes=[m.strip() for m in args.e2e_modes.split(",")],
+                pods_per_run=args.pods, rounds=args.rounds, workers=args.workers,
+                threads=args.threads, log=_log)
+        results["meta"]["stub_api_calls"] = stub_api.calls()
+    results["json"] = str(save())
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    results = run(arguments(argv))
+    print(report.render(results))
+    print(f"\nresults: {results['json']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Sections 1 and 3, and the worker choice: the served handler under wrk, next to the null
+handler on the same gunicorn/TLS stack; worker RSS at rest and after many reviews."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import loadgen, pods, servers
+from bench.servers import ServerSpec
+
+Log = Callable[[str], None]
+
+
+def check_injects(url: str, body: bytes) -> dict[str, Any]:
+    """One review before the load: the server must answer with a patch, or the numbers lie."""
+    review = json.loads(servers.post(url + "/mutate", body, timeout=30))
+    response = review.get("response") or {}
+    if not response.get("allowed") or not response.get("patch"):
+        raise RuntimeError(f"the webhook did not inject: {json.dumps(response)[:500]}")
+    return dict(response)
+
+
+def _point(server: str, shape: str, result: loadgen.LoadResult) -> dict[str, Any]:
+    return {"server": server, "shape": shape, "load_average": servers.load_average(),
+            **result.as_dict()}
+
+
+def _per_review(cpu_s: float, result: loadgen.LoadResult) -> float:
+    return round(cpu_s * 1000 / result.requests, 3) if result.requests else 0.0
+
+
+def handler_cost(cert: Path, key: Path, workdir: Path, spec: ServerSpec, *,
+                 shapes: Sequence[str], concurrencies: Sequence[int], seconds: float,
+                 log: Log) -> dict[str, Any]:
+    """Every (shape, concurrency) point against the webhook and, right after, the null handler
+    (interleaved, so both see the same machine load)."""
+    null_spec = ServerSpec(app="null", workers=spec.workers, threads=spec.threads,
+                           worker_class=spec.worker_class, env=spec.env)
+    points: list[dict[str, Any]] = []
+    with servers.serve(spec, cert, key, workdir) as webhook, \
+            servers.serve(null_spec, cert, key, workdir) as null:
+        for shape in shapes:
+            body = pods.review_body(shape)
+            check_injects(webhook.url, body)
+            for server in (webhook, null):  # warm-up: imports, caches, TLS sessions
+                loadgen.run(server.url + "/mutate", body, 8, min(2.0, seconds))
+            for concurrency in concurrencies:
+                for name, server in (("webhook", webhook), ("null", null)):
+                    cpu = server.cpu_seconds()
+                    result = loadgen.run(server.url + "/mutate", body, concurrency, seconds)
+                    point = _point(name, shape, result)
+                    point["cpu_ms_per_review"] = _per_review(server.cpu_seconds() - cpu, result)
+                    points.append(point)
+                    log(f"handler {shape:8} c={concurrency:<3} {name:7} {result.rps:8.1f}/s "
+                        f"p50 {result.p50_ms:7.2f} ms  p99 {result.p99_ms:7.2f} ms  "
+                        f"cpu {point['cpu_ms_per_review']:.3f} ms/review")
+    return {"server": spec.label(), "seconds_per_point": seconds, "points": points,
+            "comparisons": compare(points)}
+
+
+def compare(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Webhook against null for each (shape, concurrency): ratios and the p99 difference."""
+    by_key = {(p["server"], p["shape"], p["concurrency"]): p for p in points}
+    rows = []
+    for (server, shape, concurrency), hook in by_key.items():
+        null = by_key.get(("null", shape, concurrency))
+        if server != "webhook" or null is None:
+            continue
+        rows.append({
+            "shape": shape, "concurrency": concurrency,
+            "webhook_rps": hook["rps"], "null_rps": null["rps"],
+            "rps_ratio": round(hook["rps"] / null["rps"], 3) if null["rps"] else None,
+            "webhook_p50_ms": hook["p50_ms"], "null_p50_ms": null["p50_ms"],
+            "webhook_p99_ms": hook["p99_ms"], "null_p99_ms": null["p99_ms"],
+            "p99_ratio": round(hook["p99_ms"] / null["p99_ms"], 2) if null["p99_ms"] else None,
+            "p99_delta_ms": round(hook["p99_ms"] - null["p99_ms"], 3),
+            "webhook_cpu_ms": hook.get("cpu_ms_per_review"),
+            "null_cpu_ms": null.get("cpu_ms_per_review"),
+        })
+    return rows
+
+
+def worker_choice(cert: Path, key: Path, workdir: Path, specs: Sequence[ServerSpec], *,
+                  shape: str, concurrencies: Sequence[int], seconds: float,
+                  log: Log) -> list[dict[str, Any]]:
+    """The same load against each worker class/count; the webhook only."""
+    body = pods.review_body(shape)
+    rows: list[dict[str, Any]] = []
+    for spec in specs:
+        with servers.serve(spec, cert, key, workdir) as server:
+            check_injects(server.url, body)
+            loadgen.run(server.url + "/mutate", body, 8, min(2.0, seconds))
+            for concurrency in concurrencies:
+                cpu = server.cpu_seconds()
+                result = loadgen.run(server.url + "/mutate", body, concurrency, seconds)
+                rows.append({"config": spec.label(), "worker_class": spec.worker_class,
+                             "workers": spec.workers, "threads": spec.threads, "shape": shape,
+                             "load_average": servers.load_average(),
+                             "cpu_ms_per_review": _per_review(server.cpu_seconds() - cpu, result),
+                             **result.as_dict()})
+                log(f"workers {spec.label():14} c={concurrency:<3} {result.rps:8.1f}/s "
+                    f"p50 {result.p50_ms:7.2f} ms  p99 {result.p99_ms:7.2f} ms")
+    return rows
+
+
+def memory(cert: Path, key: Path, workdir: Path, spec: ServerSpec, *, reviews: int,
+           chunk_seconds: float, shape: str, log: Log) -> dict[str, Any]:
+    """RSS of every worker at rest, then after each chunk of load until `reviews` were served.
+
+    Growth is measured from the end of the first chunk (imports done, caches and allocator
+    pools filled) to the end; a leak shows as steady growth across the chunks."""
+    body = pods.review_body(shape)
+    with servers.serve(spec, cert, key, workdir) as server:
+        time.sleep(1)
+        workers = server.worker_pids()
+        at_rest = {pid: servers.rss_kib(pid) for pid in workers}
+        log(f"memory at rest (KiB): {at_rest}")
+        check_injects(server.url, body)
+        samples: list[dict[str, Any]] = []
+        served = 0
+        while served < reviews:
+            result = loadgen.run(server.url + "/mutate", body, 8, chunk_seconds)
+            served += result.requests
+            rss = {pid: servers.rss_kib(pid) for pid in workers}
+            samples.append({"reviews": served, "rss_kib": rss, "rps": result.rps,
+                            "errors": result.errors, "load_average": servers.load_average()})
+            log(f"memory after {served:7d} reviews: {rss} KiB")
+        if server.worker_pids() != workers:
+            raise RuntimeError("a worker was replaced during the memory run (crash or timeout)")
+    first, last = samples[0]["rss_kib"], samples[-1]["rss_kib"]
+    growth = {str(pid): last[pid] - first[pid] for pid in workers}
+    return {
+        "server": spec.label(), "shape": shape, "reviews": served,
+        "workers": [str(pid) for pid in workers],
+        "rss_at_rest_kib": {str(k): v for k, v in at_rest.items()},
+        "rss_after_first_chunk_kib": {str(k): v for k, v in first.items()},
+        "rss_at_end_kib": {str(k): v for k, v in last.items()},
+        "growth_after_warmup_kib": growth,
+        "samples": [{**s, "rss_kib": {str(k): v for k, v in s["rss_kib"].items()}}
+                    for s in samples],
+    }

@@ -1,0 +1,160 @@
+"""Targets (issue 8), the printed tables and the JSON file in bench/results/."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+P99_BUDGET_MS = 2.0
+MIN_RPS = 500.0
+MAX_GROWTH_KIB = 1024  # per worker, after warm-up, over the whole run
+MAX_CREATE_RATIO = 1.15
+MIN_R2 = 0.95
+MAX_MS_AT_50 = 10.0
+
+
+def metadata() -> dict[str, Any]:
+    repo = Path(__file__).resolve().parents[1]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo,
+                            capture_output=True, text=True, check=False).stdout.strip()
+    wrk = subprocess.run(["wrk", "-v"], capture_output=True, text=True, check=False)
+    return {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": commit, "cpus": os.cpu_count(), "python": platform.python_version(),
+        "kernel": platform.release(),
+        "wrk": (wrk.stdout + wrk.stderr).splitlines()[0] if wrk.returncode in (0, 1) else "",
+        "load_average_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def _target(name: str, met: bool | None, value: str, goal: str) -> dict[str, Any]:
+    return {"target": name, "met": met, "value": value, "goal": goal}
+
+
+def targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    handler = results.get("handler")
+    if handler:
+        typical8 = next((c for c in handler["comparisons"]
+                         if c["shape"] == "typical" and c["concurrency"] == 8), None)
+        if typical8:
+            rows.append(_target(
+                "handler p99 vs null handler, typical pod, concurrency 8",
+                typical8["p99_delta_ms"] <= P99_BUDGET_MS,
+                f"+{typical8['p99_delta_ms']:.2f} ms ({typical8['webhook_p99_ms']:.2f} vs "
+                f"{typical8['null_p99_ms']:.2f} ms)", f"<= +{P99_BUDGET_MS} ms"))
+        best = max((p["rps"] for p in handler["points"]
+                    if p["server"] == "webhook" and p["shape"] == "typical"), default=None)
+        if best is not None:
+            rows.append(_target("throughput, typical pod (best concurrency)", best >= MIN_RPS,
+                                f"{best:.0f} reviews/s", f">= {MIN_RPS:.0f}/s on 2 cores"))
+    scaling = results.get("scaling")
+    if scaling:
+        fit = scaling["fit"]
+        rows.append(_target(
+            "scaling 1 -> 50 containers: linear and small",
+            fit["r2"] >= MIN_R2 and scaling["ms_at_max"] <= MAX_MS_AT_50,
+            f"R^2 {fit['r2']}, {fit['ms_per_container']:.3f} ms/container, "
+            f"{scaling['ms_at_max']:.2f} ms at {scaling['max_containers']}",
+            f"R^2 >= {MIN_R2}, <= {MAX_MS_AT_50} ms at 50"))
+    memory = results.get("memory")
+    if memory:
+        worst = max(memory["growth_after_warmup_kib"].values())
+        rows.append(_target(
+            f"memory growth per worker over {memory['reviews']} reviews", worst <= MAX_GROWTH_KIB,
+            f"max +{worst} KiB (end: {sorted(memory['rss_at_end_kib'].values())} KiB)",
+            f"<= +{MAX_GROWTH_KIB} KiB after warm-up"))
+    e2e = results.get("e2e")
+    if e2e:
+        for mode, data in e2e["modes"].items():
+            rows.append(_target(
+                f"pod creation with/without webhook ({mode}), p50 ratio",
+                data["p50_ratio"] <= MAX_CREATE_RATIO if mode == "webhook" else None,
+                f"{data['p50_ratio']}x p50 ({data['with_webhook']['p50_ms']:.2f} vs "
+                f"{data['without_webhook']['p50_ms']:.2f} ms), {data['p99_ratio']}x p99",
+                f"<= {MAX_CREATE_RATIO}x" if mode == "webhook" else "(reported)"))
+    return rows
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def render(results: Mapping[str, Any]) -> str:
+    out = []
+    handler = results.get("handler")
+    if handler:
+        out.append(f"\n1. Handler cost over TLS on loopback ({handler['server']}, wrk, "
+                   f"{handler['seconds_per_point']} s per point)")
+        out.append(_table(
+            ["pod", "conc", "webhook/s", "null/s", "ratio", "p50 ms", "null p50", "p99 ms",
+             "null p99", "p99 +ms", "cpu ms", "null cpu"],
+            [[c["shape"], c["concurrency"], f"{c['webhook_rps']:.0f}", f"{c['null_rps']:.0f}",
+              c["rps_ratio"], f"{c['webhook_p50_ms']:.2f}", f"{c['null_p50_ms']:.2f}",
+              f"{c['webhook_p99_ms']:.2f}", f"{c['null_p99_ms']:.2f}",
+              f"{c['p99_delta_ms']:+.2f}", c.get("webhook_cpu_ms"), c.get("null_cpu_ms")]
+             for c in handler["comparisons"]]))
+    workers = results.get("workers")
+    if workers:
+        out.append("\nWorker class and count (webhook, typical pod)")
+        out.append(_table(["config", "conc", "reviews/s", "p50 ms", "p99 ms", "cpu ms/review",
+                           "load avg"],
+                          [[w["config"], w["concurrency"], f"{w['rps']:.0f}",
+                            f"{w['p50_ms']:.2f}", f"{w['p99_ms']:.2f}", w.get("cpu_ms_per_review"),
+                            w["load_average"][0]] for w in workers]))
+    scaling = results.get("scaling")
+    if scaling:
+        out.append("\n2. Scaling: one review in process (parse + review + serialise)")
+        out.append(_table(["containers", "body bytes", "ms"],
+                          [[r["containers"], r["body_bytes"], f"{r['ms']:.3f}"]
+                           for r in scaling["rows"]]))
+        fit = scaling["fit"]
+        out.append(f"fit: {fit['intercept_ms']:.3f} ms + {fit['ms_per_container']:.4f} ms x "
+                   f"containers, R^2 {fit['r2']}")
+    memory = results.get("memory")
+    if memory:
+        out.append(f"\n3. Memory per worker (VmRSS KiB, {memory['server']}, "
+                   f"{memory['reviews']} reviews)")
+        out.append(_table(["worker", "at rest", "after first chunk", "at end", "growth"],
+                          [[pid, memory["rss_at_rest_kib"][pid],
+                            memory["rss_after_first_chunk_kib"][pid],
+                            memory["rss_at_end_kib"][pid],
+                            f"{memory['growth_after_warmup_kib'][pid]:+d}"]
+                           for pid in memory["workers"]]))
+    e2e = results.get("e2e")
+    if e2e:
+        out.append(f"\n4/5. Pod creation on the real apiserver ({e2e['pods_per_namespace']} "
+                   "pods per namespace, sequential)")
+        out.append(_table(
+            ["mode", "with p50", "with p99", "without p50", "without p99", "p50 ratio",
+             "p99 ratio", "injected"],
+            [[mode, f"{d['with_webhook']['p50_ms']:.2f}", f"{d['with_webhook']['p99_ms']:.2f}",
+              f"{d['without_webhook']['p50_ms']:.2f}", f"{d['without_webhook']['p99_ms']:.2f}",
+              d["p50_ratio"], d["p99_ratio"], d["injected"]]
+             for mode, d in e2e["modes"].items()]))
+    rows = results.get("targets") or []
+    if rows:
+        out.append("\nTargets")
+        out.append(_table(["target", "met", "value", "goal"],
+                          [[r["target"], {True: "MET", False: "NOT MET", None: "-"}[r["met"]],
+                            r["value"], r["goal"]] for r in rows]))
+    return "\n".join(out)
+
+
+def write(results: Mapping[str, Any], directory: Path = RESULTS_DIR, name: str = "") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = directory / f"{name or 'bench'}-{stamp}.json"
+    path.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
+    return path
