@@ -38,7 +38,7 @@ APPS_NS = "certs-e2e-apps"
 SERVICE = "sidecar-debug"
 SECRET = "certs-e2e-tls"
 CONFIG = "certs-e2e"
-PORT = 8443
+PORT = 9444  # uncommon: other lite clusters on this host share 127.96.0.0/24
 SERVER_NAME = f"{SERVICE}.{HOOK_NS}.svc"
 RESYNC_SECONDS = 1
 CA_OVERLAP_SECONDS = 4
@@ -329,7 +329,8 @@ def test_helm_upgrade_twice_keeps_the_ca(lite_cluster: Cluster, tmp_path: Path) 
     cluster.kubectl("delete", "namespace", RELEASE_NS, "--ignore-not-found", "--wait=true",
                     timeout=180)  # fmt: skip
     install = ("upgrade", "--install", RELEASE, str(CHART), "-n", RELEASE_NS,
-               "--create-namespace", "--set", "certificates.mode=self")  # fmt: skip
+               "--create-namespace", "--set", "certificates.mode=self",
+               "--set", "service.port=9443")  # fmt: skip
     cluster.helm(*install)
     manifest = cluster.helm("get", "manifest", RELEASE, "-n", RELEASE_NS).stdout
     objects = [o for o in yaml.safe_load_all(manifest) if o]
