@@ -87,10 +87,10 @@ def _webhook_bundles(cluster: Cluster) -> list[bytes]:
     ]
 
 
-def _tls(port: int, bundle: bytes, host: str = "127.0.0.1") -> ssl.SSLSocket:
+def _tls(port: int, bundle: bytes, name: str = SERVER_NAME) -> ssl.SSLSocket:
     context = ssl.create_default_context(cadata=bundle.decode())
-    raw = socket.create_connection((host, port), timeout=10)
-    return context.wrap_socket(raw, server_hostname=SERVER_NAME)
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    return context.wrap_socket(raw, server_hostname=name)
 
 
 def _served(port: int, bundle: bytes) -> x509.Certificate:
@@ -100,9 +100,9 @@ def _served(port: int, bundle: bytes) -> x509.Certificate:
     return x509.load_der_x509_certificate(der)
 
 
-def _get(port: int, bundle: bytes, path: str) -> int:
-    with _tls(port, bundle) as sock:
-        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {SERVER_NAME}\r\nConnection: close\r\n\r\n"
+def _get(port: int, bundle: bytes, path: str, name: str = SERVER_NAME) -> int:
+    with _tls(port, bundle, name) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n"
                      .encode())  # fmt: skip
         head = sock.recv(64).decode(errors="replace")
     return int(head.split()[1])
@@ -342,6 +342,7 @@ def test_helm_upgrade_twice_keeps_the_ca(lite_cluster: Cluster, tmp_path: Path) 
     assert not [o for o in objects if o["kind"] == "Secret"
                 and o["metadata"]["name"] == secret_name], "Helm must not own the self Secret"
     service = next(o for o in objects if o["kind"] == "Service")
+    svc_name = f"{service['metadata']['name']}.{RELEASE_NS}.svc"
     port = service["spec"]["ports"][0]["port"]
     cluster_ip = cluster.kubectl_json("get", "service", service["metadata"]["name"],
                                       "-n", RELEASE_NS)["spec"]["clusterIP"]  # fmt: skip
@@ -386,7 +387,8 @@ def test_helm_upgrade_twice_keeps_the_ca(lite_cluster: Cluster, tmp_path: Path) 
         ca = _wait(secret_ca, 90, "the webhook to create its Secret")
         _wait(lambda: bundles() and set(bundles()) == {ca}, 60, "caBundle in every entry")
         for replica in replicas:
-            _wait(lambda r=replica: _get(r.direct_port, ca, "/readyz") == 200, 60, "ready")
+            _wait(lambda r=replica: _get(r.direct_port, ca, "/readyz", svc_name) == 200, 60,
+                  "ready")  # fmt: skip
         for timeout in ("7", "9"):  # two upgrades, each changing the webhook configurations
             cluster.helm(*install, "--set", f"webhook.timeoutSeconds={timeout}")
             assert secret_ca() == ca, "helm upgrade changed the CA"
