@@ -59,7 +59,8 @@ def sidecar_debug() -> str:
     return str(venv) if venv.exists() else "sidecar-debug"
 
 
-def inject(pod: dict[str, Any], profile: str, runtime: str | None, toolset_image: str) -> dict[str, Any]:
+def inject(pod: dict[str, Any], profile: str, runtime: str | None,
+           toolset_image: str) -> dict[str, Any]:
     command = [sidecar_debug(), "inject", "-f", "-", "--profile", profile]
     if runtime:
         command += ["--runtime", runtime]

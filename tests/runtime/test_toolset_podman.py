@@ -157,7 +157,7 @@ def test_sidecar_stops_promptly_on_sigterm(runtime_images: None, pod_workdir: Pa
         assert time.monotonic() - started < 5
 
 
-# --- LTTng ----------------------------------------------------------------------------------------
+# --- LTTng ---
 
 def test_lttng_trace_records_the_python_app_started_with_the_sidecar(
     python_lttng_pod: PlayedPod,
@@ -202,7 +202,7 @@ def test_perf_scripts_fail_clearly_without_privileges(python_lttng_pod: PlayedPo
     assert uprobe.returncode == 4, uprobe.stderr
 
 
-# --- uprobes ----------------------------------------------------------------------------------------
+# --- uprobes ---
 
 def test_uprobe_trace_captures_arguments_and_return_values(c_pod: PlayedPod) -> None:
     result = c_pod.exec("uprobe-trace", "--function", "fib", "--args", "int", "--ret",
@@ -236,7 +236,7 @@ def test_bcc_fallback_explains_missing_headers(c_pod: PlayedPod) -> None:
         assert "headers" in (result.stdout + result.stderr)
 
 
-# --- the slim image ---------------------------------------------------------------------------------
+# --- the slim image ---
 
 def test_slim_image_profiles_but_has_no_ebpf(runtime_images: None, pod_workdir: Path) -> None:
     pod = podman_pod.sample_pod("node", podman_pod.unique("rt-slim"),

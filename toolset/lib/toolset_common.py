@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 # Exit codes shared by all scripts.
 EXIT_OK = 0
@@ -55,7 +56,7 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def fail(message: str, code: int = EXIT_FAILED) -> None:
+def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
     """Print an error that says what to do, and exit with a meaningful code."""
     log(f"error: {message}")
     raise SystemExit(code)
@@ -179,7 +180,6 @@ def find_target(pid: int | None, name: str | None) -> Process:
         process = read_process(pid)
         if process is None:
             fail(f"no process {pid} in this PID namespace (see `ps -ef`)", EXIT_NO_TARGET)
-        assert process is not None
         return process
     candidates = app_processes()
     if name is not None:
@@ -209,7 +209,7 @@ def describe(process: Process) -> str:
 def perf_map_paths(pid: int) -> list[str]:
     """Where the JIT runtime's perf map can be read: the shared /tmp, or through the target's
     root (an ephemeral container shares no volume with the app)."""
-    return [f"/tmp/perf-{pid}.map", f"/proc/{pid}/root/tmp/perf-{pid}.map"]
+    return [f"/tmp/perf-{pid}.map", f"/proc/{pid}/root/tmp/perf-{pid}.map"]  # noqa: S108
 
 
 def find_perf_map(pid: int) -> str | None:
@@ -238,15 +238,16 @@ def require_tool(name: str, package: str) -> str:
             f"the Debian package {package} (the `full` toolset image has it)",
             EXIT_NOT_POSSIBLE,
         )
-    assert path is not None
     return path
 
 
 def run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, text=True, check=False, **kwargs)  # type: ignore[call-overload, no-any-return]
+    """subprocess.run with text I/O; the caller checks the return code."""
+    return subprocess.run(command, text=True, check=False, **kwargs)  # type: ignore  # noqa: S603
 
 
-def wait_with_progress(seconds: float, label: str, process: subprocess.Popen[str] | None = None) -> None:
+def wait_with_progress(seconds: float, label: str,
+                       process: subprocess.Popen[str] | None = None) -> None:
     """Sleep for `seconds`, printing a progress line every few seconds (stderr)."""
     deadline = time.monotonic() + seconds
     step = 1.0 if seconds <= 10 else 5.0
