@@ -71,10 +71,17 @@ def test_install_test_upgrade_uninstall(full_cluster: Cluster,
     full_cluster.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", timeout=300)
     wait_until(lambda: not _cluster_objects_of_release(full_cluster), 60,
                "cluster-scoped objects of the release to go")
-    left = full_cluster.kubectl("get", "all,configmaps,secrets,serviceaccounts,roles,"
-                                "rolebindings,poddisruptionbudgets", "-n", NAMESPACE,
-                                "-l", f"app.kubernetes.io/instance={RELEASE}", "-o", "name").stdout
-    assert left.strip() == "", left
+    def namespaced_leftovers() -> str:
+        return str(full_cluster.kubectl(
+            "get", "all,configmaps,secrets,serviceaccounts,roles,rolebindings,"
+            "poddisruptionbudgets", "-n", NAMESPACE,
+            "-l", f"app.kubernetes.io/instance={RELEASE}", "-o", "name").stdout.strip())
+
+    # Pods take their grace period to go; anything else must be gone at once.
+    try:
+        wait_until(lambda: namespaced_leftovers() == "", 90, "the release's objects to go")
+    except AssertionError:
+        raise AssertionError(f"left behind by helm uninstall:\n{namespaced_leftovers()}") from None
     # Secrets the webhook made itself (self mode) are its to remove, not helm's: none may stay.
     secrets_left = full_cluster.kubectl("get", "secrets", "-n", NAMESPACE,
                                         "--field-selector", "type=kubernetes.io/tls",
