@@ -284,6 +284,7 @@ def test_rotation_while_pods_are_created_has_zero_tls_failures(env: Env, core_ap
                 results.append((name, False, str(exc)[:500]))
             else:
                 results.append((name, _injected(pod), ""))
+            time.sleep(0.02)  # steady load, without starving the rotating replicas of CPU
 
     worker = threading.Thread(target=create_loop, daemon=True)
     worker.start()
