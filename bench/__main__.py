@@ -19,7 +19,7 @@ from webhook.config import Settings
 
 SECTIONS = ("handler", "workers", "scaling", "memory", "e2e")
 WORKER_CONFIGS = (
-    "sync:2,sync:4,gthread:1x4,gthread:2x1,gthread:2x4,gthread:2x8,gthread:3x4,gthread:4x2"
+    "sync:2,gthread:1x4,gthread:2x1,gthread:2x2,gthread:2x4,gthread:2x8,gthread:3x4,gthread:4x2"
 )
 
 
@@ -48,6 +48,10 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=defaults.threads)
     parser.add_argument("--worker-configs", default=WORKER_CONFIGS,
                         help="for the workers section: sync:N or gthread:WxT, comma-separated")
+    parser.add_argument("--worker-rounds", type=int, default=3,
+                        help="interleaved rounds over the worker configs (median reported)")
+    parser.add_argument("--worker-seconds", type=float, default=5,
+                        help="wrk duration per worker-config point (0: --seconds)")
     parser.add_argument("--memory-reviews", type=int, default=100_000)
     parser.add_argument("--pods", type=int, default=300, help="pod creations per namespace")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of creations")
@@ -66,6 +70,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         args.memory_reviews = min(args.memory_reviews, 5000)
         args.pods, args.rounds = min(args.pods, 30), 1
         args.worker_configs = "sync:2,gthread:2x4"
+        args.worker_rounds, args.worker_seconds = 1, 0
     return args
 
 
@@ -121,7 +126,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             results["workers"] = handler.worker_choice(
                 cert, key, workdir, specs, shape="typical",
                 concurrencies=[c for c in concurrencies if c > 1] or concurrencies,
-                seconds=args.seconds, log=_log)
+                seconds=args.worker_seconds or args.seconds, rounds=args.worker_rounds,
+                log=_log)
             save()
         if "scaling" in sections:
             results["scaling"] = scaling.scaling(budget_s=0.1 if args.quick else 0.4)

@@ -107,7 +107,7 @@ def render(results: Mapping[str, Any]) -> str:
              for c in handler["comparisons"]]))
     workers = results.get("workers")
     if workers:
-        out.append("\nWorker class and count (webhook, typical pod)")
+        out.append("\nWorker class and count (webhook, typical pod; median of the rounds)")
         out.append(_table(["config", "conc", "reviews/s", "p50 ms", "p99 ms", "cpu ms/review",
                            "load avg"],
                           [[w["config"], w["concurrency"], f"{w['rps']:.0f}",

@@ -40,13 +40,17 @@ def make_certs(directory: Path, service: str = "bench", namespace: str = "bench"
 
 @dataclass
 class ServerSpec:
-    """What to serve and how: `app` is "webhook" (sidecar-debug serve) or "null"."""
+    """What to serve and how: `app` is "webhook" (sidecar-debug serve), "null" or "wsgi"
+    (webhook.wsgi:app straight under gunicorn, for config experiments)."""
 
     app: str = "webhook"
     workers: int = 2
     threads: int = 4
     worker_class: str = "gthread"  # gthread | sync
     env: Mapping[str, str] = field(default_factory=dict)
+    # For experiments: serve webhook.wsgi:app (or the null app) with another gunicorn config
+    # module (e.g. one that imports webhook.gunicorn_conf and changes a setting).
+    config_module: str = "webhook.gunicorn_conf"
 
     def label(self) -> str:
         if self.worker_class == "sync":
@@ -116,13 +120,13 @@ def serve(spec: ServerSpec, cert: Path, key: Path, workdir: Path, host: str = "1
     if spec.app == "webhook":
         command = [str(VENV_BIN / "sidecar-debug"), "serve", "--tls-cert-file", str(cert),
                    "--tls-key-file", str(key), "--bind-address", host, "--port", str(port)]
-    elif spec.app == "null":
+    elif spec.app in ("null", "wsgi"):
         env.update({"SIDECAR_DEBUG_TLS_CERT_FILE": str(cert),
                     "SIDECAR_DEBUG_TLS_KEY_FILE": str(key),
                     "SIDECAR_DEBUG_BIND_ADDRESS": host, "SIDECAR_DEBUG_PORT": str(port)})
         env["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="bench-null-", dir=workdir)
-        command = [sys.executable, "-m", "gunicorn", "-c", "python:webhook.gunicorn_conf",
-                   "bench.null_app:app"]
+        command = [sys.executable, "-m", "gunicorn", "-c", f"python:{spec.config_module}",
+                   "bench.null_app:app" if spec.app == "null" else "webhook.wsgi:app"]
     else:
         raise ValueError(f"unknown app {spec.app!r}")
     repo = Path(__file__).resolve().parents[1]
