@@ -774,12 +774,36 @@ class SelfManager:
         labels = dict(metadata.get("labels") or {})
         labels.setdefault(*MANAGED_BY_LABEL)
         metadata["labels"] = labels
+        owner = self._owner_reference()
+        references = list(metadata.get("ownerReferences") or [])
+        if owner is not None and not any(r.get("uid") == owner["uid"] for r in references):
+            metadata["ownerReferences"] = [*references, owner]
         return {
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": metadata,
             "type": SECRET_TYPE_TLS,
             "data": state.to_secret_data(),
+        }
+
+    def _owner_reference(self) -> dict[str, Any] | None:
+        """The webhook configuration as the Secret's owner: Helm does not know the Secret (the
+        webhook made it), so `helm uninstall` deleting the configuration lets the garbage
+        collector remove the Secret too. No blockOwnerDeletion: it needs finalizer rights."""
+        kind = WEBHOOK_KINDS[0]
+        try:
+            obj = self.store.read_webhook_configuration(kind, self.webhook_configuration)
+        except Exception as exc:  # noqa: BLE001 - an owner is a nicety; never block the Secret
+            log.debug("no owner for the Secret: cannot read %s: %s", kind, exc)
+            return None
+        uid = ((obj or {}).get("metadata") or {}).get("uid")
+        if not uid:
+            return None
+        return {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": kind,
+            "name": self.webhook_configuration,
+            "uid": uid,
         }
 
     def _next_ca_published(self, state: TLSState) -> bool:

@@ -350,3 +350,26 @@ def test_a_failing_kind_does_not_block_the_other() -> None:
     assert store.ca_bundles() == [state.bundle_pem]
     # Unknown publication state delays a CA switch rather than risking it.
     assert manager._next_ca_published(manager.ensure(force_ca=True)[0]) is False
+
+
+def test_secret_is_owned_by_the_webhook_configuration_so_uninstall_removes_it() -> None:
+    store = FakeStore()
+    hook = _webhooks(1)
+    hook["metadata"]["uid"] = "3f0c1c1e-0000-4000-8000-000000000001"
+    store.put("MutatingWebhookConfiguration", HOOK, hook)
+    _manager(store).ensure()
+    secret = store.objects[("Secret", f"{NS}/{SECRET}")]
+    assert secret["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "name": HOOK,
+            "uid": "3f0c1c1e-0000-4000-8000-000000000001",
+        }
+    ]
+
+
+def test_secret_without_a_webhook_configuration_has_no_owner() -> None:
+    store = FakeStore()
+    _manager(store).ensure()
+    assert "ownerReferences" not in store.objects[("Secret", f"{NS}/{SECRET}")]["metadata"]
