@@ -70,7 +70,7 @@ kubectl create rolebinding demo-debug-full -n demo --clusterrole=sidecar-debug-p
   --serviceaccount=demo:default --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 if [ "$sample" = node ]; then
   app_image="$sample_image"
-  app_command='["node", "app.js"]'
+  app_command='["node", "/app/app.js"]'
   runtime="node"
 else
   app_image="$webhook_image"
