@@ -390,13 +390,28 @@ def attach(session: Session, *, image: str, target: str | None, pull_policy: str
 
 
 def _call(api_client: Any, method: str, path: str, body: Any, content_type: str | None) -> Any:
+    """A raw API call (the typed client has no 1.20-style ephemeralcontainers method), across
+    both generations of the kubernetes client's ApiClient."""
     headers = {"Accept": "application/json"}
     if content_type:
         headers["Content-Type"] = content_type
-    response = api_client.call_api(
-        path, method, header_params=headers, body=body, auth_settings=["BearerToken"],
-        response_type="object", _return_http_data_only=True, _preload_content=True)
-    return response
+    if not hasattr(api_client, "param_serialize"):  # kubernetes < 35
+        return api_client.call_api(
+            path, method, header_params=headers, body=body, auth_settings=["BearerToken"],
+            response_type="object", _return_http_data_only=True, _preload_content=True)
+    method, url, headers, body, _ = api_client.param_serialize(
+        method=method, resource_path=path, header_params=headers, body=body,
+        auth_settings=["BearerToken"])
+    response = api_client.call_api(method, url, header_params=headers, body=body)
+    response.read()
+    data = response.data.decode() if isinstance(response.data, bytes) else str(response.data)
+    if response.status >= 400:
+        from kubernetes.client.exceptions import ApiException
+
+        error = ApiException(status=response.status, reason=response.reason)
+        error.body = data
+        raise error
+    return json.loads(data) if data else {}
 
 
 class _TemporaryDirectory:

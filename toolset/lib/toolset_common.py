@@ -242,7 +242,10 @@ def require_tool(name: str, package: str) -> str:
 
 
 def run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    """subprocess.run with text I/O; the caller checks the return code."""
+    """subprocess.run with text I/O; the caller checks the return code. stdin is /dev/null:
+    perf reads its data from stdin when stdin is a pipe (as under an exec without a TTY)."""
+    if "input" not in kwargs:
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
     return subprocess.run(command, text=True, check=False, **kwargs)  # type: ignore  # noqa: S603
 
 
