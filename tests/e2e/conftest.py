@@ -70,6 +70,9 @@ def helm_values(*extra: str) -> list[str]:
 
 
 def install_chart(cluster: Cluster, release: str, namespace: str, *extra: str) -> None:
+    # A namespace still terminating from an earlier run refuses new objects.
+    cluster.kubectl("wait", "--for=delete", f"namespace/{namespace}", "--timeout=120s",
+                    check=False, timeout=150)
     cluster.helm("install", release, str(CHART), "-n", namespace, "--create-namespace",
                  "--wait", "--timeout", "5m", *helm_values(*extra), timeout=400)
 

@@ -11,6 +11,7 @@ import pytest
 
 from tests.cluster.cluster import Cluster
 from tests.e2e.conftest import (
+    RELEASE,
     RELEASE_NAMESPACE,
     SIDECAR,
     container_names,
@@ -26,7 +27,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.full]
 def _webhook_deployment(cluster: Cluster) -> str:
     deployments = cluster.kubectl_json(
         "get", "deployments", "-n", RELEASE_NAMESPACE,
-        "-l", "app.kubernetes.io/component=webhook")["items"]
+        "-l", f"app.kubernetes.io/instance={RELEASE}")["items"]
     assert len(deployments) == 1, [d["metadata"]["name"] for d in deployments]
     return str(deployments[0]["metadata"]["name"])
 
