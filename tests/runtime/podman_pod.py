@@ -94,9 +94,11 @@ def playable(pod: dict[str, Any]) -> dict[str, Any]:
     return pod
 
 
+# What `toolset-entrypoint --wait-ready` waits for, seen from the app side: the agent port file
+# and the apps' registration socket; then a moment for the port file to be complete.
 WAIT_FOR_SIDECAR = (
-    'i=0; while [ ! -s /var/run/lttng/agent.port ] && [ "$i" -lt 300 ]; do sleep 0.1; '
-    'i=$((i+1)); done; exec "$@"'
+    'i=0; while { [ ! -s /var/run/lttng/agent.port ] || [ ! -S /var/run/lttng/lttng-ust-sock-8 ]; '
+    '} && [ "$i" -lt 600 ]; do sleep 0.1; i=$((i+1)); done; sleep 0.5; exec "$@"'
 )
 
 
