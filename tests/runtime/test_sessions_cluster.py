@@ -20,11 +20,12 @@ pytestmark = [pytest.mark.runtime, pytest.mark.cluster, pytest.mark.full,
               pytest.mark.timeout(1200)]
 
 NODE_IMAGE = podman_pod.sample_image("node")
+PYTHON_IMAGE = podman_pod.sample_image("python")
 
 
 @pytest.fixture(scope="module")
 def namespace(full_cluster: Any, runtime_images: None) -> Iterator[str]:
-    for image in (podman_pod.TOOLSET_IMAGE, NODE_IMAGE):
+    for image in (podman_pod.TOOLSET_IMAGE, NODE_IMAGE, PYTHON_IMAGE):
         full_cluster.load_image(image)
     name = f"sessions-{uuid.uuid4().hex[:6]}"
     full_cluster.kubectl("create", "namespace", name)
@@ -81,6 +82,34 @@ def test_flamegraph_through_the_kubernetes_api(full_cluster: Any, namespace: str
     report = json.loads(doctor.stdout)
     assert report["techniques"]["perf"]["works"]
     assert report["techniques"]["lttng"]["works"]
+
+
+def test_trace_records_an_app_started_together_with_the_sidecar(
+    full_cluster: Any, namespace: str, tmp_path: Path,
+) -> None:
+    """The kubelet runs the sidecar's postStart (`toolset-entrypoint --wait-ready`) before it
+    starts the app, so the app finds the LTTng session daemon and registers: no restart."""
+    pod = podman_pod.sample_pod("python", "injected-python")
+    injected = podman_pod.inject(pod, "lttng", "python", podman_pod.TOOLSET_IMAGE)
+    name = apply(full_cluster, injected, namespace)
+    wait_for_log(full_cluster, namespace, name, "app", "tick")
+    output = tmp_path / "trace"
+    result = cli(full_cluster, "trace", name, "-n", namespace, "--seconds", "3",
+                 "-o", str(output))
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = (output / "trace.txt").read_text()
+    assert "lttng_python:event" in text
+    assert 'logger_name = "sample"' in text
+    assert (output / "trace").is_dir()
+    restarts = full_cluster.kubectl_json("get", "pod", name, "-n", namespace)["status"][
+        "containerStatuses"]
+    assert all(status["restartCount"] == 0 for status in restarts)
+
+    doctor = cli(full_cluster, "doctor", name, "-n", namespace, "--json")
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    report = json.loads(doctor.stdout)
+    assert report["techniques"]["lttng"]["works"]
+    assert not report["techniques"]["perf"]["works"]
 
 
 def test_attach_profiles_a_pod_created_before_opting_in(full_cluster: Any, namespace: str,
