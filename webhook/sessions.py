@@ -185,7 +185,7 @@ def find_toolset_container(pod: dict[str, Any], requested: str | None, sidecar_n
         return injected
     running = {
         s["name"] for s in status.get("ephemeralContainerStatuses") or []
-        if (s.get("state") or {}).get("running")
+        if (s.get("state") or {}).get("running") is not None
     }
     attached = [name for name in ephemeral if name.startswith(ATTACH_PREFIX) and name in running]
     if attached:
@@ -370,7 +370,7 @@ def attach(session: Session, *, image: str, target: str | None, pull_policy: str
     while time.monotonic() < deadline:
         statuses = session.read_pod().get("status", {}).get("ephemeralContainerStatuses") or []
         state = next((s.get("state") or {} for s in statuses if s.get("name") == name), {})
-        if state.get("running"):
+        if state.get("running") is not None:
             sys.stdout.write(
                 f"{name}\n"
                 f"attached: sidecar-debug flamegraph {session.pod} -n {session.namespace} "
