@@ -118,7 +118,8 @@ Demo ready in $(( $(date +%s) - started ))s. Next:
   kubectl exec -it -n demo $pod -c debug-toolset -- bash        # a shell beside the app
   kubectl exec -n demo $pod -c debug-toolset -- ps -ef          # the app's processes
   kubectl exec -n demo $pod -c debug-toolset -- doctor          # what this pod can trace
-  kubectl exec -n demo $pod -c debug-toolset -- flamegraph --help
-  .venv/bin/sidecar-debug --help                                # session commands (flame graph to a local file)
+  $root/.venv/bin/sidecar-debug flamegraph -n demo --seconds 10 -o flamegraph.html $pod
+                                                                # perf from the sidecar -> flamegraph.html here
+  $root/.venv/bin/sidecar-debug --help                          # trace, doctor, attach, inject...
   make demo-down                                                # stop it all
 EOF

@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=["lite", "full"], default="full")
     parser.add_argument("--user", default=ADMIN, help="for kubeconfig/env: admin, alice, bob...")
     parser.add_argument("--timeout", type=float, default=300)
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     cluster = Cluster(args.mode)
     try:
         if args.command == "up":
