@@ -204,6 +204,7 @@ def host_cleanup(state_dir: Path, kube_proxy: Path) -> None:
     """Undo kube-proxy's iptables rules, the bridge, mounts and the pods' log folders."""
     if kube_proxy.exists():
         _run(str(kube_proxy), "--cleanup")
+    remove_kube_chains()
     if _run("ip", "link", "show", BRIDGE).returncode == 0:
         _run("ip", "link", "delete", BRIDGE)
     unmount_under(state_dir)
@@ -215,6 +216,25 @@ def host_cleanup(state_dir: Path, kube_proxy: Path) -> None:
                         entry.unlink()
                     else:
                         subprocess.run(["rm", "-rf", str(entry)], check=False)
+
+
+def remove_kube_chains() -> None:
+    """The kubelet's own chains (KUBE-FIREWALL, KUBE-MARK-*, canaries) survive
+    `kube-proxy --cleanup`: drop the jumps to KUBE-* chains, then the chains."""
+    for command in ("iptables", "ip6tables"):
+        for table in ("filter", "nat", "mangle"):
+            listing = _run(command, "-t", table, "-S").stdout.splitlines()
+            for rule in listing:
+                parts = rule.split()
+                if (parts[:1] == ["-A"] and not parts[1].startswith("KUBE-")
+                        and any(part.startswith("KUBE-") for part in parts[2:])):
+                    _run(command, "-t", table, "-D", *parts[1:])
+            chains = [rule.split()[1] for rule in listing
+                      if rule.startswith("-N KUBE-")]
+            for chain in chains:
+                _run(command, "-t", table, "-F", chain)
+            for chain in chains:
+                _run(command, "-t", table, "-X", chain)
 
 
 def unmount_under(directory: Path) -> None:
