@@ -7,6 +7,9 @@ the tests check:
 - podman refuses a hostPath whose path does not exist, where the kubelet creates it empty
   (`/lib/modules` is absent here): such volumes become emptyDirs, which is what the node would
   mount.
+- podman turns an emptyDir into a named volume called like the pod's volume, shared by every
+  pod with that volume name and kept after `kube down`: two injected pods would share one LTTng
+  session daemon's sockets. Each pod's emptyDirs are renamed `<pod>-<volume>` and removed after.
 - podman ignores the postStart hook that holds the app containers until the sidecar is ready
   (`toolset-entrypoint --wait-ready`), so the app's command is wrapped to wait for what the
   hook waits for: the LTTng session daemon's agent.port in the shared /var/run/lttng.
@@ -86,6 +89,14 @@ def playable(pod: dict[str, Any]) -> dict[str, Any]:
                     [] if container.get("command") else image_command(container["image"])[1])
                 container["command"] = ["/bin/sh", "-c", WAIT_FOR_SIDECAR, "wait-for-sidecar"]
                 container["args"] = [*command, *args]
+    name = pod["metadata"]["name"]
+    renamed = {}
+    for volume in pod["spec"].get("volumes", []):
+        if "emptyDir" in volume:
+            renamed[volume["name"]] = volume["name"] = f"{name}-{volume['name']}"
+    for container in containers + (pod["spec"].get("initContainers") or []):
+        for mount in container.get("volumeMounts") or []:
+            mount["name"] = renamed.get(mount["name"], mount["name"])
     for volume in pod["spec"].get("volumes", []):
         host_path = volume.get("hostPath")
         if host_path and not os.path.exists(host_path["path"]):
@@ -163,7 +174,9 @@ def played(pod: dict[str, Any], workdir: Path) -> Iterator[PlayedPod]:
     """`podman kube play` the pod; always `podman kube down` it (and force-remove leftovers)."""
     name = pod["metadata"]["name"]
     path = workdir / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(playable(pod)))
+    spec = playable(pod)
+    volumes = [v["name"] for v in spec["spec"].get("volumes", []) if "emptyDir" in v]
+    path.write_text(yaml.safe_dump(spec))
     subprocess.run(["podman", "pod", "rm", "-f", name], capture_output=True, timeout=120)
     try:
         subprocess.run(["podman", "kube", "play", str(path)], check=True, capture_output=True,
@@ -172,6 +185,9 @@ def played(pod: dict[str, Any], workdir: Path) -> Iterator[PlayedPod]:
     finally:
         subprocess.run(["podman", "kube", "down", str(path)], capture_output=True, timeout=300)
         subprocess.run(["podman", "pod", "rm", "-f", name], capture_output=True, timeout=120)
+        if volumes:
+            subprocess.run(["podman", "volume", "rm", "-f", *volumes], capture_output=True,
+                           timeout=120)
 
 
 def unique(prefix: str) -> str:

@@ -35,7 +35,8 @@ def node_pod(runtime_images: None, pod_workdir: Path) -> Iterator[PlayedPod]:
 
 @pytest.fixture(scope="module")
 def python_lttng_pod(runtime_images: None, pod_workdir: Path) -> Iterator[PlayedPod]:
-    pod = podman_pod.sample_pod("python", podman_pod.unique("rt-python"))
+    pod = podman_pod.sample_pod("python", podman_pod.unique("rt-python"),
+                                env={"LTTNG_UST_PYTHON_DEBUG": "1"})
     injected = podman_pod.inject(pod, "lttng", "python", podman_pod.TOOLSET_IMAGE)
     with podman_pod.played(injected, pod_workdir) as played:
         played.wait_for_log(r"tick \d+")
@@ -162,8 +163,11 @@ def test_sidecar_stops_promptly_on_sigterm(runtime_images: None, pod_workdir: Pa
 def test_lttng_trace_records_the_python_app_started_with_the_sidecar(
     python_lttng_pod: PlayedPod,
 ) -> None:
-    result = python_lttng_pod.exec("lttng-trace", "--seconds", "3", "--out", "/tmp/lt",
-                                   check=True)
+    result = python_lttng_pod.exec("lttng-trace", "--seconds", "3", "--out", "/tmp/lt")
+    assert result.returncode == 0, (
+        result.stderr + "\napp log:\n" + python_lttng_pod.logs()[:3000] + "\nsidecar log:\n"
+        + python_lttng_pod.logs(podman_pod.SIDECAR)[-2000:]
+        + python_lttng_pod.exec("ls", "-la", "/var/run/lttng").stdout)
     assert re.search(r"\d+ events", result.stdout)
     text = python_lttng_pod.exec("cat", "/tmp/lt/trace.txt", check=True).stdout
     events = [line for line in text.splitlines() if "lttng_python:event" in line]
@@ -171,7 +175,7 @@ def test_lttng_trace_records_the_python_app_started_with_the_sidecar(
     assert 'logger_name = "sample"' in events[0]
     assert re.search(r'msg = "tick \d+: \d+ orders processed"', text)
     # One record per logging call (the ust domain must not record the agent's events again).
-    ticks = re.findall(r'msg = "tick (\d+):', text)
+    ticks = re.findall(r'msg = "tick (\d+): \d+ orders', text)
     assert len(ticks) == len(set(ticks))
     ctf = python_lttng_pod.exec("ls", "-R", "/tmp/lt/trace", check=True).stdout
     assert "metadata" in ctf

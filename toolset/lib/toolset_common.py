@@ -88,9 +88,11 @@ class Process:
     @property
     def runtime(self) -> str | None:
         """The JIT runtime this process runs, if any (by executable name)."""
-        names = [os.path.basename(self.exe or "")] + [
-            os.path.basename(arg) for arg in self.cmdline[:1]
-        ] + [self.comm]
+        names = (
+            [os.path.basename(self.exe or "")]
+            + [os.path.basename(arg) for arg in self.cmdline[:1]]
+            + [self.comm]
+        )
         for name in names:
             base = re.sub(r"[0-9.]+$", "", name)
             if base in JIT_HINTS:
@@ -249,8 +251,9 @@ def run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str
     return subprocess.run(command, text=True, check=False, **kwargs)  # type: ignore  # noqa: S603
 
 
-def wait_with_progress(seconds: float, label: str,
-                       process: subprocess.Popen[str] | None = None) -> None:
+def wait_with_progress(
+    seconds: float, label: str, process: subprocess.Popen[str] | None = None
+) -> None:
     """Sleep for `seconds`, printing a progress line every few seconds (stderr)."""
     deadline = time.monotonic() + seconds
     step = 1.0 if seconds <= 10 else 5.0
@@ -269,15 +272,47 @@ def wait_with_progress(seconds: float, label: str,
 def capabilities() -> set[str]:
     """Names of the effective capabilities of this process."""
     names = {
-        0: "CHOWN", 1: "DAC_OVERRIDE", 2: "DAC_READ_SEARCH", 3: "FOWNER", 4: "FSETID",
-        5: "KILL", 6: "SETGID", 7: "SETUID", 8: "SETPCAP", 9: "LINUX_IMMUTABLE",
-        10: "NET_BIND_SERVICE", 11: "NET_BROADCAST", 12: "NET_ADMIN", 13: "NET_RAW",
-        14: "IPC_LOCK", 15: "IPC_OWNER", 16: "SYS_MODULE", 17: "SYS_RAWIO", 18: "SYS_CHROOT",
-        19: "SYS_PTRACE", 20: "SYS_PACCT", 21: "SYS_ADMIN", 22: "SYS_BOOT", 23: "SYS_NICE",
-        24: "SYS_RESOURCE", 25: "SYS_TIME", 26: "SYS_TTY_CONFIG", 27: "MKNOD", 28: "LEASE",
-        29: "AUDIT_WRITE", 30: "AUDIT_CONTROL", 31: "SETFCAP", 32: "MAC_OVERRIDE",
-        33: "MAC_ADMIN", 34: "SYSLOG", 35: "WAKE_ALARM", 36: "BLOCK_SUSPEND", 37: "AUDIT_READ",
-        38: "PERFMON", 39: "BPF", 40: "CHECKPOINT_RESTORE",
+        0: "CHOWN",
+        1: "DAC_OVERRIDE",
+        2: "DAC_READ_SEARCH",
+        3: "FOWNER",
+        4: "FSETID",
+        5: "KILL",
+        6: "SETGID",
+        7: "SETUID",
+        8: "SETPCAP",
+        9: "LINUX_IMMUTABLE",
+        10: "NET_BIND_SERVICE",
+        11: "NET_BROADCAST",
+        12: "NET_ADMIN",
+        13: "NET_RAW",
+        14: "IPC_LOCK",
+        15: "IPC_OWNER",
+        16: "SYS_MODULE",
+        17: "SYS_RAWIO",
+        18: "SYS_CHROOT",
+        19: "SYS_PTRACE",
+        20: "SYS_PACCT",
+        21: "SYS_ADMIN",
+        22: "SYS_BOOT",
+        23: "SYS_NICE",
+        24: "SYS_RESOURCE",
+        25: "SYS_TIME",
+        26: "SYS_TTY_CONFIG",
+        27: "MKNOD",
+        28: "LEASE",
+        29: "AUDIT_WRITE",
+        30: "AUDIT_CONTROL",
+        31: "SETFCAP",
+        32: "MAC_OVERRIDE",
+        33: "MAC_ADMIN",
+        34: "SYSLOG",
+        35: "WAKE_ALARM",
+        36: "BLOCK_SUSPEND",
+        37: "AUDIT_READ",
+        38: "PERFMON",
+        39: "BPF",
+        40: "CHECKPOINT_RESTORE",
     }
     status = read_text("/proc/self/status") or ""
     match = re.search(r"^CapEff:\s+([0-9a-f]+)", status, re.MULTILINE)
