@@ -144,7 +144,8 @@ class Cluster:
         """A `kubernetes.client.ApiClient` for `user`."""
         from kubernetes import config as kube_config
 
-        return kube_config.new_client_from_config(config_file=str(self.kubeconfig_for(user)))
+        return kube_config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(self.kubeconfig_for(user)))
 
     def load_image(self, name: str) -> None:
         """Copy a podman image into the node's containerd (full mode), skipping unchanged ones."""
