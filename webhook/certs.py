@@ -691,13 +691,9 @@ class KubernetesStore:
 
 def new_api_client() -> Any:
     """In-cluster configuration when running in a pod, else KUBECONFIG / ~/.kube/config."""
-    from kubernetes import client, config
+    from webhook.kube import api_client
 
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-    return client.ApiClient()
+    return api_client()
 
 
 def resolve_namespace(settings: Settings) -> str:

@@ -6,7 +6,6 @@ to the real apiserver with plain dicts (no client-model conversion) and a hard t
 
 from __future__ import annotations
 
-import importlib
 import json
 import threading
 import time
@@ -108,25 +107,12 @@ class KubernetesClusterAPI:
             if self._pool is None:
                 import urllib3
 
-                # Through Any: some kubernetes client releases ship untyped config loaders.
-                client: Any = importlib.import_module("kubernetes.client")
-                config: Any = importlib.import_module("kubernetes.config")
+                from webhook.kube import KubeConfigError, load_configuration
 
-                configuration = client.Configuration()
                 try:
-                    if self._kubeconfig is None and self._context is None:
-                        try:
-                            config.load_incluster_config(client_configuration=configuration)
-                        except config.ConfigException:
-                            config.load_kube_config(client_configuration=configuration)
-                    else:
-                        config.load_kube_config(
-                            config_file=self._kubeconfig,
-                            context=self._context,
-                            client_configuration=configuration,
-                        )
-                except Exception as exc:  # any config problem means "cannot ask"
-                    raise ClusterAPIError(f"no usable Kubernetes configuration: {exc}") from exc
+                    configuration = load_configuration(self._kubeconfig, self._context)
+                except KubeConfigError as exc:  # any config problem means "cannot ask"
+                    raise ClusterAPIError(str(exc)) from exc
                 # Our own urllib3 pool rather than the generated client's internals, whose
                 # call signatures differ between kubernetes client releases.
                 self._pool = urllib3.PoolManager(
