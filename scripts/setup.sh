@@ -10,7 +10,7 @@ APT_PACKAGES=(
   # control plane and node
   etcd-server containerd runc containernetworking-plugins iptables conntrack socat iproute2
   # images
-  podman debootstrap
+  podman debootstrap catatonit
   # benchmarks and scripts
   wrk jq curl python3-venv
 )

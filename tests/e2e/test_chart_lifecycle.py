@@ -71,17 +71,15 @@ def test_install_test_upgrade_uninstall(full_cluster: Cluster,
     full_cluster.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", timeout=300)
     wait_until(lambda: not _cluster_objects_of_release(full_cluster), 60,
                "cluster-scoped objects of the release to go")
-    # In `self` mode the webhook creates its TLS Secret (create-if-absent, so replicas agree);
-    # it is not part of the release, and the chart README documents that uninstall keeps it
-    # (reinstalling keeps the CA). Everything else must go.
-    webhook_secret = f"secret/{RELEASE}-sidecar-debug-tls"
-
+    # In `self` mode the webhook creates its TLS Secret itself (create-if-absent, so replicas
+    # agree); it is owned by the MutatingWebhookConfiguration, so the garbage collector removes
+    # it once uninstall deleted that: nothing is left behind.
     def namespaced_leftovers() -> list[str]:
         names = full_cluster.kubectl(
             "get", "all,configmaps,secrets,serviceaccounts,roles,rolebindings,"
             "poddisruptionbudgets", "-n", NAMESPACE, "-o", "name").stdout.split()
-        return [name for name in names if name != webhook_secret
-                and not name.startswith(("secret/default-token-", "serviceaccount/default",
+        return [name for name in names
+                if not name.startswith(("secret/default-token-", "serviceaccount/default",
                                          "configmap/kube-root-ca.crt"))]
 
     # Pods take their grace period to go; anything else must be gone at once.
