@@ -104,6 +104,8 @@ class Profile:
             reasons.append("capabilities " + ", ".join(beyond))
         if self.host_paths:
             reasons.append("hostPath " + ", ".join(h.path for h in self.host_paths))
+        if (sc.get("seccompProfile") or {}).get("type") == "Unconfined":
+            reasons.append("seccomp Unconfined")
         if sc.get("allowPrivilegeEscalation") is True:
             reasons.append("allowPrivilegeEscalation")
         return tuple(reasons)
