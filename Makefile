@@ -49,7 +49,7 @@ demo: setup cluster-bins images ## local one-node Kubernetes + chart + an inject
 demo-down: ## stop everything `make demo` started
 	scripts/demo.sh down
 
-bench: setup cluster-bins images ## benchmarks: prints a table, writes bench/results/*.json
+bench: setup cluster-bins ## benchmarks: prints a table, writes bench/results/*.json
 	$(VENV)/python -m bench
 
 clean:
