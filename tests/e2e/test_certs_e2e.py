@@ -10,6 +10,7 @@ rather than as a pod that silently went without its sidecar.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import signal
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,13 @@ from cryptography import x509
 
 from tests.cluster.cluster import Cluster, free_port
 from tests.cluster.webhooks import create_service, mutating_webhook_configuration
+from tests.e2e.conftest import wait_until
 from webhook import certs
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
+
+# The e2e polling helper, faster: rotation is observed as it happens.
+_wait = functools.partial(wait_until, interval=0.2)
 
 HOOK_NS = "certs-e2e"
 APPS_NS = "certs-e2e-apps"
@@ -60,19 +65,6 @@ class Env:
     pods: list[str] = field(default_factory=list)
 
 
-def _wait(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-        except Exception as exc:  # noqa: BLE001 - keep polling, report the last problem
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 def _secret_data(cluster: Cluster) -> dict[str, bytes]:
