@@ -10,6 +10,8 @@ import base64
 import json
 from typing import Any, Literal, NotRequired, TypedDict
 
+from webhook import jsonio
+
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 
@@ -91,9 +93,7 @@ def build_response(
     response: Response = {"uid": uid, "allowed": allowed}
     if patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(
-            json.dumps(patch, separators=(",", ":")).encode()
-        ).decode()
+        response["patch"] = base64.b64encode(jsonio.dumps(patch)).decode()
     if message is not None or code is not None:
         status: Status = {}
         if code is not None:

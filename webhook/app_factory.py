@@ -5,13 +5,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from flask import Flask
-
 from webhook import admission, logs
 from webhook.admission import Review
 from webhook.config import Settings, load_settings
 from webhook.policy import PolicyGate, load_policy_engine, review_namespace
-from webhook.routes import NamespaceReviewer, create_app
+from webhook.routes import NamespaceReviewer, WebhookApp, create_app
 
 
 def load_policy(settings: Settings) -> PolicyGate:
@@ -30,7 +28,7 @@ def namespace_gate(policy: PolicyGate) -> NamespaceReviewer:
     return review
 
 
-def build_app(settings: Settings | None = None) -> Flask:
+def build_app(settings: Settings | None = None) -> WebhookApp:
     settings = settings or load_settings()
     logs.configure(settings.log_level)
     policy = load_policy(settings)

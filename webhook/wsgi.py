@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Flask
-
 from webhook.app_factory import build_app
+from webhook.routes import WebhookApp
 
-app: Flask = build_app()
+app: WebhookApp = build_app()

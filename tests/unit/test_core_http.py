@@ -1,5 +1,6 @@
-"""Hostile input never gets a 5xx or a traceback: the table runs through the Flask test client
-and once through the real server (`sidecar-debug serve`: gunicorn over TLS)."""
+"""Hostile input never gets a 5xx or a traceback: the table runs through the WSGI app in
+process (werkzeug's test client) and once through the real server (`sidecar-debug serve`:
+gunicorn over TLS)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from werkzeug.test import Client
 
 from tests.unit.core_helpers import admission_review, default_settings
 from webhook.policy_api import AllowAll
@@ -106,13 +108,13 @@ def _check(status: int, body: bytes, expected_status: int, expected_text: str) -
 
 @pytest.fixture(scope="module")
 def client() -> Any:
-    return create_app(default_settings(), AllowAll()).test_client()
+    return Client(create_app(default_settings(), AllowAll()))
 
 
 @pytest.mark.parametrize(
     ("name", "ctype", "body", "status", "text"), HOSTILE, ids=[h[0] for h in HOSTILE]
 )
-def test_hostile_input_through_flask(
+def test_hostile_input_in_process(
     client: Any, name: str, ctype: str, body: bytes, status: int, text: str
 ) -> None:
     response = client.post("/mutate", data=body, content_type=ctype)
@@ -141,6 +143,31 @@ def test_health_readiness_metrics_and_unknown_paths(client: Any) -> None:
     assert "sidecar_debug_review_duration_seconds_bucket" in metrics
     assert client.get("/nope").status_code == 404
     assert client.get("/mutate").status_code == 405
+
+
+def test_unknown_paths_and_methods_say_what_to_send(client: Any) -> None:
+    missing = client.get("/nope")
+    assert missing.status_code == 404
+    assert "POST /mutate" in missing.get_json()["error"]
+    wrong = client.put("/mutate", data=_review(), content_type=JSON)
+    assert wrong.status_code == 405
+    assert wrong.headers["Allow"] == "POST"
+    assert "PUT not allowed on /mutate" in wrong.get_json()["error"]
+    assert client.post("/healthz").headers["Allow"] == "GET, HEAD"
+    head = client.head("/healthz")
+    assert head.status_code == 200 and head.data == b""
+
+
+def test_a_bug_in_a_handler_is_a_400_not_a_500(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = create_app(default_settings(), AllowAll())
+
+    def broken(body: Any) -> Any:
+        raise KeyError("bug")
+
+    monkeypatch.setattr(app.mutator, "review", broken)
+    reply = Client(app).post("/mutate", data=_review(), content_type=JSON)
+    assert reply.status_code == 400
+    assert reply.get_json()["error"] == "request could not be processed: KeyError"
 
 
 # --- once through the real server -------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The policy gate inside the lead's mutation path (Flask app, AdmissionReview in and out)."""
+"""The policy gate inside the lead's mutation path (the WSGI app, AdmissionReview in and out)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from werkzeug.test import Client
 
 from tests.unit.test_policy import ALICE, REPLICASET_CONTROLLER, FakeCluster, make_gate, policy_text
 from webhook.admission import decode_patch
@@ -47,7 +48,7 @@ def review(user: dict[str, Any], profile: str = "full") -> dict[str, Any]:
 
 
 def post(settings: Settings, gate: Any, body: dict[str, Any]) -> dict[str, Any]:
-    reply = create_app(settings, gate).test_client().post("/mutate", json=body)
+    reply = Client(create_app(settings, gate)).post("/mutate", json=body)
     assert reply.status_code == 200
     response: dict[str, Any] = reply.get_json()["response"]
     return response

@@ -133,6 +133,8 @@ def test_apiserver_error_denies_the_label(settings: Settings) -> None:
 
 
 def test_through_the_http_route(settings: Settings) -> None:
+    from werkzeug.test import Client
+
     from webhook.app_factory import namespace_gate
     from webhook.routes import create_app
 
@@ -143,6 +145,6 @@ def test_through_the_http_route(settings: Settings) -> None:
         "kind": "AdmissionReview",
         "request": ns_request("CREATE", namespace("team-a", {"debug": "enabled"})),
     }
-    reply = app.test_client().post("/validate-namespace", json=body)
+    reply = Client(app).post("/validate-namespace", json=body)
     assert reply.status_code == 200
     assert reply.get_json()["response"]["allowed"] is False
