@@ -50,16 +50,37 @@ def _diff(old: Any, new: Any, path: str, ops: list[Op]) -> None:
         ops.append({"op": "replace", "path": path, "value": new})
 
 
+def _end_trimmed_opcodes(
+    old_ids: list[str], new_ids: list[str]
+) -> Sequence[tuple[str, int, int, int, int]] | None:
+    """Opcodes for lists that differ by one run of items inserted or removed in one place (the
+    sidecar put in front of the containers, a mount appended to every app container): what is
+    left once the common ends are trimmed. None when the middle needs the matcher (difflib
+    costs a SequenceMatcher per list; this, two passes over the identities)."""
+    n_old, n_new = len(old_ids), len(new_ids)
+    limit = min(n_old, n_new)
+    prefix = 0
+    while prefix < limit and old_ids[prefix] == new_ids[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < limit - prefix and old_ids[n_old - 1 - suffix] == new_ids[n_new - 1 - suffix]:
+        suffix += 1
+    if prefix + suffix != limit:
+        return None
+    opcodes = [("equal", 0, prefix, 0, prefix)] if prefix else []
+    if n_new > n_old:
+        opcodes.append(("insert", prefix, prefix, prefix, n_new - suffix))
+    elif n_old > n_new:
+        opcodes.append(("delete", prefix, n_old - suffix, prefix, prefix))
+    if suffix:
+        opcodes.append(("equal", n_old - suffix, n_old, n_new - suffix, n_new))
+    return opcodes
+
+
 def _diff_list(old: list[Any], new: list[Any], path: str, ops: list[Op]) -> None:
     old_ids, new_ids = [_identity(v) for v in old], [_identity(v) for v in new]
-    if len(new_ids) > len(old_ids) and new_ids[: len(old_ids)] == old_ids:
-        # Items only appended (a mount added to every app container): the very opcodes the
-        # matcher finds (equal prefix, insert at the end), without building one per list.
-        opcodes: Sequence[tuple[str, int, int, int, int]] = [
-            ("equal", 0, len(old), 0, len(old)),
-            ("insert", len(old), len(old), len(old), len(new)),
-        ]
-    else:
+    opcodes = _end_trimmed_opcodes(old_ids, new_ids)
+    if opcodes is None:
         opcodes = difflib.SequenceMatcher(a=old_ids, b=new_ids, autojunk=False).get_opcodes()
     shift = 0  # how far indices in `old` have moved because of the ops emitted so far
     for tag, i1, i2, j1, j2 in opcodes:

@@ -1,18 +1,16 @@
 """Build the debug sidecar and apply it to a pod: pure functions on plain dicts.
 
-`inject_pod` returns a mutated deep copy; the caller diffs it against the original
-(webhook.patch), so no JSON-pointer indices are ever computed by hand.
+`inject_pod` returns a mutated copy (sharing what it did not change); the caller diffs it
+against the original (webhook.patch), so no JSON-pointer indices are ever computed by hand.
 """
 
 from __future__ import annotations
 
-import copy
-import json
-import pickle  # noqa: S403 - a copy of our own plain data, never untrusted bytes
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook import __version__, constants
+from webhook import __version__, constants, jsonio
 from webhook.config import EnvHint, Profile, Settings
 
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
@@ -37,6 +35,50 @@ class InjectionNotes:
 
     warnings: list[str] = field(default_factory=list)
     reused_volumes: dict[str, str] = field(default_factory=dict)  # mountPath -> existing volume
+
+
+def _plain_copy(value: Any) -> Any:
+    """A deep copy of JSON-like data: the sidecar must not share objects with the settings, which
+    live as long as the process (copy.deepcopy does the same at several times the cost)."""
+    if isinstance(value, Mapping):
+        return {key: _plain_copy(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain_copy(item) for item in value]
+    return value
+
+
+def _copy_container(container: Any) -> Any:
+    if not isinstance(container, dict):
+        return container
+    copied = dict(container)
+    if isinstance(copied.get("volumeMounts"), list):
+        copied["volumeMounts"] = list(copied["volumeMounts"])
+    if isinstance(copied.get("env"), list):
+        copied["env"] = [dict(item) if isinstance(item, dict) else item for item in copied["env"]]
+    return copied
+
+
+def writable_copy(pod: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `pod` in which exactly what `inject_pod` writes is new: the pod, its metadata and
+    annotations, the spec, the container and volume lists, and in each container its dict, its
+    volumeMounts list and its env entries. Everything else is shared with the original, which
+    is never written to, so the diff skips those parts by identity. A whole-pod deep copy was
+    the largest cost of a large pod's review (docs/performance.md)."""
+    mutated = dict(pod)
+    metadata = mutated.get("metadata")
+    if isinstance(metadata, dict):
+        metadata = mutated["metadata"] = dict(metadata)
+        if isinstance(metadata.get("annotations"), dict):
+            metadata["annotations"] = dict(metadata["annotations"])
+    spec = mutated.get("spec")
+    if isinstance(spec, dict):
+        spec = mutated["spec"] = dict(spec)
+        for key in ("containers", "initContainers"):
+            if isinstance(spec.get(key), list):
+                spec[key] = [_copy_container(c) for c in spec[key]]
+        if isinstance(spec.get("volumes"), list):
+            spec["volumes"] = list(spec["volumes"])
+    return mutated
 
 
 def _norm(path: str) -> str:
@@ -96,8 +138,8 @@ def build_sidecar(
         "imagePullPolicy": settings.image_pull_policy,
         "command": list(settings.sidecar_command),
         "env": env,
-        "resources": copy.deepcopy(dict(settings.sidecar_resources)),
-        "securityContext": copy.deepcopy(dict(profile.security_context)),
+        "resources": _plain_copy(settings.sidecar_resources),
+        "securityContext": _plain_copy(profile.security_context),
         "volumeMounts": mounts,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
@@ -116,10 +158,9 @@ def build_sidecar(
 def inject_pod(
     pod: dict[str, Any], plan: InjectionPlan, settings: Settings
 ) -> tuple[dict[str, Any], InjectionNotes]:
-    """A deep copy of `pod` with the sidecar, shared volumes, hints and status applied."""
-    # A pickle round trip is copy.deepcopy for plain data (shared references kept as well),
-    # 3-4x faster: the pod copy was the largest single cost of a review (docs/performance.md).
-    mutated: dict[str, Any] = pickle.loads(pickle.dumps(pod, pickle.HIGHEST_PROTOCOL))  # noqa: S301
+    """A copy of `pod` with the sidecar, shared volumes, hints and status applied; `pod` itself
+    is left as it was (the copy shares its unchanged parts: see writable_copy)."""
+    mutated = writable_copy(pod)
     notes = InjectionNotes()
     metadata = mutated.setdefault("metadata", {})
     spec = mutated.setdefault("spec", {})
@@ -220,7 +261,5 @@ def inject_pod(
         "volumes": [m["name"] for m in sidecar_mounts],
     }
     annotations.update(plan.extra_annotations)
-    annotations[constants.ANNOTATION_STATUS] = json.dumps(
-        status, sort_keys=True, separators=(",", ":")
-    )
+    annotations[constants.ANNOTATION_STATUS] = jsonio.dumps(status, sort_keys=True).decode()
     return mutated, notes

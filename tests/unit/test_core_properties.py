@@ -2,11 +2,14 @@
 
 1. The JSONPatch applied to the original pod gives exactly the mutated pod.
 2. Injecting twice is injecting once: the second review returns no patch.
-3. Every injected pod validates against the Kubernetes OpenAPI schema (strict).
+3. Injection never writes to the pod it was given (the copy shares its unchanged parts).
+4. Every injected pod validates against the Kubernetes OpenAPI schema (strict).
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -107,6 +110,19 @@ def test_patch_applied_to_original_equals_mutated(pod: dict[str, Any]) -> None:
     review = mutator().review(admission_review(pod))
     patched = apply_patch(pod, decode_patch(review))
     assert patched["spec"]["containers"][0]["name"].startswith("debug-toolset")
+
+
+@COMMON
+@given(pods(), st.sampled_from(RUNTIMES), st.booleans())
+def test_injection_leaves_the_original_pod_untouched(
+    pod: dict[str, Any], runtime: str, native_sidecar: bool
+) -> None:
+    s = dataclasses.replace(default_settings(), native_sidecar=native_sidecar)
+    before = copy.deepcopy(pod)
+    for profile in s.profiles.values():
+        mutated, _ = inject_pod(pod, InjectionPlan(profile=profile, runtime=runtime), s)
+        assert pod == before
+        assert apply_patch(pod, create_patch(pod, mutated)) == mutated
 
 
 @COMMON
