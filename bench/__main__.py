@@ -19,17 +19,20 @@ from webhook.config import Settings
 
 SECTIONS = ("handler", "workers", "scaling", "memory", "e2e")
 WORKER_CONFIGS = (
-    "sync:2,gthread:1x4,gthread:2x1,gthread:2x2,gthread:2x4,gthread:2x8,gthread:3x4,gthread:4x2"
+    "sync:2,gthread:2x4,balanced:1x4,balanced:2x1,balanced:2x2,balanced:2x4,balanced:2x8,"
+    "balanced:3x4,balanced:4x2"
 )
 
 
 def parse_config(text: str) -> ServerSpec:
-    """`sync:N` or `gthread:WxT`."""
+    """`sync:N`, `gthread:WxT` (stock gunicorn) or `balanced:WxT` (the served worker)."""
     kind, _, count = text.partition(":")
     if kind == "sync":
         return ServerSpec(worker_class="sync", workers=int(count), threads=1)
+    if kind not in ("gthread", "balanced"):
+        raise argparse.ArgumentTypeError(f"unknown worker class {kind!r} in {text!r}")
     workers, _, threads = count.partition("x")
-    return ServerSpec(worker_class="gthread", workers=int(workers), threads=int(threads or 1))
+    return ServerSpec(worker_class=kind, workers=int(workers), threads=int(threads or 1))
 
 
 def _log(message: str) -> None:

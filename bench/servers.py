@@ -38,6 +38,10 @@ def make_certs(directory: Path, service: str = "bench", namespace: str = "bench"
     return directory / "ca.crt", directory / "tls.crt", directory / "tls.key"
 
 
+# Worker class names the bench accepts, and what gunicorn is told.
+WORKER_CLASSES = {"balanced": "webhook.gunicorn_worker.BalancedThreadWorker"}
+
+
 @dataclass
 class ServerSpec:
     """What to serve and how: `app` is "webhook" (sidecar-debug serve), "null" or "wsgi"
@@ -46,7 +50,7 @@ class ServerSpec:
     app: str = "webhook"
     workers: int = 2
     threads: int = 4
-    worker_class: str = "gthread"  # gthread | sync
+    worker_class: str = "balanced"  # balanced (the served default) | gthread (stock) | sync
     env: Mapping[str, str] = field(default_factory=dict)
     # For experiments: serve webhook.wsgi:app (or the null app) with another gunicorn config
     # module (e.g. one that imports webhook.gunicorn_conf and changes a setting).
@@ -55,7 +59,7 @@ class ServerSpec:
     def label(self) -> str:
         if self.worker_class == "sync":
             return f"sync x{self.workers}"
-        return f"gthread {self.workers}x{self.threads}"
+        return f"{self.worker_class} {self.workers}x{self.threads}"
 
 
 @dataclass
@@ -112,7 +116,7 @@ def serve(spec: ServerSpec, cert: Path, key: Path, workdir: Path, host: str = "1
     env["SIDECAR_DEBUG_THREADS"] = str(spec.threads)
     env["SIDECAR_DEBUG_WORKERS"] = str(spec.workers)
     # Command-line style settings override the config module (gunicorn's documented order).
-    cmd_args = [f"--worker-class={spec.worker_class}"]
+    cmd_args = [f"--worker-class={WORKER_CLASSES.get(spec.worker_class, spec.worker_class)}"]
     if spec.worker_class == "sync":
         cmd_args.append("--threads=1")
     env["GUNICORN_CMD_ARGS"] = " ".join(cmd_args)

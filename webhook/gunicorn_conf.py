@@ -16,8 +16,10 @@ _settings = load_settings()
 
 bind = [f"{_settings.bind_address}:{_settings.port}"]
 workers = _settings.workers
-# Threads keep a worker answering while another request waits on a SubjectAccessReview.
-worker_class = "gthread"
+# gthread (threads keep a worker answering while another request waits on a
+# SubjectAccessReview) that accepts connections only while a thread is idle, so the apiserver's
+# kept-alive connections spread over the workers (webhook/gunicorn_worker.py).
+worker_class = "webhook.gunicorn_worker.BalancedThreadWorker"
 threads = _settings.threads
 # The heartbeat file must not live on a (possibly read-only, possibly disk-backed) root fs.
 worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None  # noqa: S108
