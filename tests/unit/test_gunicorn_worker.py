@@ -85,3 +85,22 @@ def test_the_served_configuration_uses_it() -> None:
     from webhook import gunicorn_conf
 
     assert gunicorn_conf.worker_class == "webhook.gunicorn_worker.BalancedThreadWorker"
+
+
+def test_a_worker_loads_the_kubernetes_client_and_freezes_what_it_loaded() -> None:
+    """Both happen when the worker loads the app, not during its first reviews."""
+    probe = (
+        "import gc, sys; import webhook.wsgi; "
+        "print('kubernetes.client' in sys.modules, gc.get_freeze_count())"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    loaded, frozen = result.stdout.split()
+    assert loaded == "True"
+    assert int(frozen) > 10_000
