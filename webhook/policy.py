@@ -52,6 +52,8 @@ KIND = "DebugPolicy"
 DEFAULT_ROLE_PREFIX = "sidecar-debug-profile-"
 # How often evaluate() looks at the policy files' modification times.
 RELOAD_CHECK_SECONDS = 2.0
+# How long a failed namespace look-up is remembered (at most sarCacheSeconds).
+NAMESPACE_FAILURE_CACHE_SECONDS = 2.0
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 
 # Used when settings.policy_path is None: every profile may be requested, privileged ones only
@@ -712,6 +714,11 @@ class PolicyGate:
         cache_ttl = settings.sar_cache_seconds
         self._access_cache = TTLCache(ttl=cache_ttl, clock=monotonic)
         self._namespace_cache = TTLCache(ttl=cache_ttl, clock=monotonic)
+        # A failed look-up is remembered briefly: while the API cannot be reached, reviews that
+        # need the namespace refuse privilege at once instead of each waiting sarTimeoutSeconds.
+        self._namespace_failures = TTLCache(
+            ttl=min(cache_ttl, NAMESPACE_FAILURE_CACHE_SECONDS), clock=monotonic
+        )
 
     # -- cluster look-ups ---------------------------------------------------------------------
 
@@ -752,14 +759,21 @@ class PolicyGate:
         hit, labels = self._namespace_cache.get(namespace)
         if hit:
             return cast(Mapping[str, str], labels)
+        failed, error = self._namespace_failures.get(namespace)
+        if failed:
+            ttl = self._namespace_failures.ttl
+            raise ClusterAPIError(f"{error} (failed less than {ttl:g} s ago)")
         try:
             fetched = dict(
                 self.cluster.namespace_labels(namespace, self.settings.sar_timeout_seconds)
             )
-        except ClusterAPIError:
+        except ClusterAPIError as exc:
+            self._namespace_failures.put(namespace, str(exc))
             raise
         except Exception as exc:
-            raise ClusterAPIError(f"namespace {namespace}: {exc!r}") from exc
+            failure = ClusterAPIError(f"namespace {namespace}: {exc!r}")
+            self._namespace_failures.put(namespace, str(failure))
+            raise failure from exc
         # Kubernetes >= 1.21 sets this label itself; older clusters get it here so selectors
         # written for current clusters behave the same.
         fetched.setdefault(constants.LABEL_NAMESPACE_NAME, namespace)

@@ -387,6 +387,29 @@ def test_namespace_lookup_failure_refuses_privilege_but_not_the_pod(
     assert gate.evaluate(request(settings, "lttng", namespace="shop")).reason == "unprivileged"
 
 
+def test_a_failed_namespace_lookup_is_remembered_briefly(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """With the API unreachable, reviews must not each wait sarTimeoutSeconds for it."""
+    cluster = FakeCluster()
+    cluster.fail_namespace = True
+    clock = Clock()
+    rules = "- name: prod\n  match:\n    namespaceSelector:\n      matchLabels: {env: prod}\n"
+    gate = make_gate(settings, cluster, policy_text(rules=rules), tmp_path, clock)
+    first = gate.explain(request(settings, "full", namespace="shop"))
+    again = gate.explain(request(settings, "full", namespace="shop"))
+    assert cluster.namespace_reads == ["shop"]
+    assert first.result.reason == again.result.reason == "namespace-lookup-failed"
+    assert any("failed less than 2 s ago" in line for line in again.trace)
+    cluster.fail_namespace = False
+    cluster.labels["shop"] = {"env": "prod"}
+    clock.now += 2.5
+    assert gate.evaluate(request(settings, "lttng", namespace="shop")).reason != (
+        "namespace-lookup-failed"
+    )
+    assert cluster.namespace_reads == ["shop", "shop"]
+
+
 def test_service_account_match(settings: Settings, tmp_path: Path) -> None:
     rules = (
         "- name: profiler-only\n  match:\n    serviceAccounts: [profiler, 'sre-*']\n"
