@@ -431,26 +431,20 @@ class _TemporaryDirectory:
 
 
 def api_client_from(kubeconfig: str | None, context: str | None) -> Any:
-    """ApiClient from a kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config) or in-cluster."""
-    from kubernetes import config as kubernetes_config
-
-    config: Any = kubernetes_config
+    """ApiClient for a developer's command: a kubeconfig (--kubeconfig, $KUBECONFIG,
+    ~/.kube/config) when there is one, as kubectl does; in-cluster otherwise."""
+    from webhook.kube import KubeConfigError, api_client
 
     path = kubeconfig or os.environ.get("KUBECONFIG")
-    if path or os.path.exists(os.path.expanduser("~/.kube/config")) or context:
-        try:
-            return config.new_client_from_config(config_file=path, context=context)
-        except (config.ConfigException, OSError) as error:
-            raise SessionError(f"cannot load kubeconfig {path or '~/.kube/config'}: {error}",
-                               EXIT_USAGE) from error
+    default = os.path.expanduser("~/.kube/config")
+    if not path and os.path.exists(default):
+        path = default
     try:
-        config.load_incluster_config()
-    except config.ConfigException as error:
-        raise SessionError("no kubeconfig (use --kubeconfig or $KUBECONFIG) and not in a "
-                           "cluster", EXIT_USAGE) from error
-    from kubernetes import client
-
-    return client.ApiClient()
+        return api_client(path, context)
+    except KubeConfigError as error:
+        raise SessionError(
+            f"{error}; use --kubeconfig or $KUBECONFIG, or run in a cluster", EXIT_USAGE
+        ) from error
 
 
 def current_namespace(kubeconfig: str | None, context: str | None) -> str:
