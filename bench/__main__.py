@@ -58,7 +58,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--memory-reviews", type=int, default=100_000)
     parser.add_argument("--pods", type=int, default=300, help="pod creations per namespace")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of creations")
-    parser.add_argument("--e2e-modes", default="null,webhook,rbac-cached,rbac-cold")
+    parser.add_argument("--e2e-modes", default="null,fixed-patch,webhook,rbac-cached,rbac-cold")
     parser.add_argument("--no-cluster", action="store_true",
                         help="skip the e2e section (the only one that needs Kubernetes)")
     parser.add_argument("--reuse-cluster", action="store_true",

@@ -4,7 +4,8 @@ in a namespace the webhook is called for against one it is not, as latency ratio
 The webhook runs as a local `sidecar-debug serve` bound to its Service's loopback ClusterIP
 (lite mode: the apiserver dials the ClusterIP itself), as tests/e2e/test_local_webhook.py does.
 Modes: `null` (bench.null_app answers: the apiserver's own cost of calling a webhook),
-`webhook` (default profile lttng: no grant needed, no SubjectAccessReview), `rbac-cached`
+`fixed-patch` (bench.null_app answers with the webhook's patch at no review cost: what applying
+the patch and storing the bigger pod costs the apiserver), `webhook` (default profile lttng: no grant needed, no SubjectAccessReview), `rbac-cached`
 (default profile full: SubjectAccessReviews, answers cached sarCacheSeconds=10) and `rbac-cold`
 (sarCacheSeconds=0: every review asks the apiserver: two SubjectAccessReviews and a namespace GET).
 """
@@ -33,6 +34,8 @@ CONFIGURATION = "sidecar-debug-bench"
 STATUS_ANNOTATION = "sidecar-debug.io/status"
 MODES: dict[str, dict[str, str]] = {
     "null": {},  # bench.null_app: what calling any webhook at all costs the apiserver
+    # bench.null_app answering with the webhook's patch: applying it and storing the bigger pod
+    "fixed-patch": {"BENCH_FIXED_PATCH": "1", "SIDECAR_DEBUG_DEFAULT_PROFILE": "lttng"},
     "webhook": {"SIDECAR_DEBUG_DEFAULT_PROFILE": "lttng"},
     "rbac-cached": {"SIDECAR_DEBUG_DEFAULT_PROFILE": "full"},
     "rbac-cold": {"SIDECAR_DEBUG_DEFAULT_PROFILE": "full", "SIDECAR_DEBUG_SAR_CACHE_SECONDS": "0"},
@@ -226,7 +229,7 @@ def pod_creation(cluster: Any, workdir: Path, *, modes: Sequence[str], pods_per_
         cluster.kubectl("apply", "-f", "-",
                         input=json.dumps(_configuration(ca.read_bytes(), port)))
         for mode in modes:
-            spec = ServerSpec(app="null" if mode == "null" else "webhook",
+            spec = ServerSpec(app="null" if mode in ("null", "fixed-patch") else "webhook",
                               workers=workers, threads=threads,
                               env={**MODES[mode], "KUBECONFIG": str(cluster.kubeconfig),
                                    "SIDECAR_DEBUG_WEBHOOK_NAMESPACE": WEBHOOK_NAMESPACE})

@@ -3,11 +3,19 @@
 Served by the very same gunicorn settings as the webhook (`gunicorn -c
 python:webhook.gunicorn_conf bench.null_app:app`, same TLS files, workers and threads), it is
 the floor the real handler is compared against: what remains is the webhook's own cost.
+
+With BENCH_FIXED_PATCH=1 it answers every review with the patch the real webhook computed for
+the first one (uid echoed): a webhook whose review costs nothing but which injects the same
+sidecar, so that the apiserver's cost of applying the patch and storing the bigger pod can be
+told apart from the review's (bench/e2e.py, mode `fixed-patch`; its pods differ only by name).
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -32,6 +40,23 @@ def _uid(body: bytes) -> bytes:
     return body[start : body.find(b'"', start)]
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+_fixed: list[bytes] = []  # the answer with the first review's patch, uid replaced by UID
+_fixed_lock = threading.Lock()
+
+
+def _fixed_patch_answer(body: bytes) -> bytes:
+    with _fixed_lock:
+        if not _fixed:
+            from webhook.config import load_settings
+            from webhook.mutate import Mutator
+
+            review = Mutator(load_settings()).review(json.loads(body))
+            patch = review.get("response", {}).get("patch") or ""
+            base64.b64decode(patch, validate=True)
+            _fixed.append(ALLOWED.replace(
+                b'"allowed":true', b'"allowed":true,"patchType":"JSONPatch","patch":"'
+                + patch.encode() + b'"'))
+    return _fixed[0]
 
 
 def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
@@ -49,7 +74,9 @@ def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[byte
     elif environ.get("PATH_INFO") == "/metrics":
         body = b""
     else:
-        body = ALLOWED.replace(b"UID", _uid(b"".join(chunks)), 1)
+        request = b"".join(chunks)
+        answer = _fixed_patch_answer(request) if os.environ.get("BENCH_FIXED_PATCH") else ALLOWED
+        body = answer.replace(b"UID", _uid(request), 1)
     start_response(
         "200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
     )

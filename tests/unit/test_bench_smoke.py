@@ -44,6 +44,29 @@ def test_null_app_echoes_the_uid() -> None:
     assert answer["response"] == {"uid": uid, "allowed": True}
 
 
+def test_null_app_with_the_fixed_patch_answers_the_webhooks_patch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """bench/e2e.py's `fixed-patch` mode: the real patch, computed once, every uid echoed."""
+    monkeypatch.setenv("BENCH_FIXED_PATCH", "1")
+    monkeypatch.setenv("SIDECAR_DEBUG_DEFAULT_PROFILE", "lttng")  # as bench/e2e.py sets it
+    monkeypatch.setattr(null_app, "_fixed", [])
+    answers = []
+    for _ in range(2):
+        body = pods.review_body("typical")
+        out = null_app.app({"CONTENT_LENGTH": str(len(body)), "wsgi.input": io.BytesIO(body),
+                            "PATH_INFO": "/mutate"}, lambda s, h: None)
+        answer = json.loads(b"".join(out))
+        assert answer["response"]["uid"] == json.loads(body)["request"]["uid"]
+        answers.append(answer["response"]["patch"])
+    from webhook.config import load_settings
+    from webhook.mutate import Mutator
+
+    expected = Mutator(load_settings()).review(json.loads(pods.review_body("typical")))
+    assert answers[0] == answers[1]
+    assert decode_patch(expected) == json.loads(base64.b64decode(answers[0]))
+
+
 def test_scaling_fit_and_targets_render() -> None:
     result = scaling.scaling(sizes=(1, 3, 5), budget_s=0.01)
     assert [r["containers"] for r in result["rows"]] == [1, 3, 5]
