@@ -3,9 +3,7 @@ service-account token volume already added), and the AdmissionReviews that carry
 
 from __future__ import annotations
 
-import copy
 import json
-import uuid
 from typing import Any
 
 RS_CONTROLLER = "system:serviceaccount:kube-system:replicaset-controller"
@@ -126,27 +124,10 @@ POD_SHAPES = {"typical": typical_pod, "large": large_pod}
 
 def admission_review(pod_object: dict[str, Any], namespace: str = "bench",
                      username: str = RS_CONTROLLER) -> dict[str, Any]:
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": str(uuid.uuid4()),
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": namespace,
-            "operation": "CREATE",
-            "userInfo": {"username": username,
-                         "uid": "0b7b5e1e-0000-4000-8000-000000000002",
-                         "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system",
-                                    "system:authenticated"]},
-            "object": copy.deepcopy(pod_object),
-            "oldObject": None,
-            "dryRun": False,
-            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
-        },
-    }
+    from tests.unit.core_helpers import admission_review as review
+
+    return review(pod_object, namespace, username=username, groups=(
+        "system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"))
 
 
 def review_body(shape: str, namespace: str = "bench") -> bytes:

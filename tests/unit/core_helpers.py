@@ -33,7 +33,9 @@ def admission_review(
     operation: str = "CREATE",
     username: str = "system:serviceaccount:kube-system:replicaset-controller",
     dry_run: bool = False,
+    groups: tuple[str, ...] = ("system:serviceaccounts",),
 ) -> dict[str, Any]:
+    """An AdmissionReview for `pod` as the apiserver sends one (bench/pods.py uses it too)."""
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -45,7 +47,7 @@ def admission_review(
             "requestResource": {"group": "", "version": "v1", "resource": "pods"},
             "namespace": namespace,
             "operation": operation,
-            "userInfo": {"username": username, "groups": ["system:serviceaccounts"]},
+            "userInfo": {"username": username, "groups": list(groups)},
             "object": copy.deepcopy(pod),
             "oldObject": None,
             "dryRun": dry_run,
