@@ -5,9 +5,11 @@ The cluster fixtures (`lite_cluster`, `full_cluster`) come from tests/cluster/py
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -43,6 +45,75 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
                 return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+
+
+@contextlib.contextmanager
+def local_webhook_server(
+    cluster: Cluster,
+    workdir: Path,
+    *,
+    service: str,
+    namespace: str,
+    env: dict[str, str],
+    configuration: Callable[[bytes], dict[str, Any]],
+) -> Iterator[tuple[str, Path]]:
+    """`sidecar-debug serve` (one worker) as a host process behind a new Service in a new
+    namespace of the lite cluster, answering on the Service's loopback ClusterIP, with the
+    MutatingWebhookConfiguration `configuration(ca_pem)` applied once it is ready. Yields
+    (ClusterIP, log file); removes the configuration, the process and the namespace after."""
+    import ssl
+    import urllib.request
+
+    from tests.cluster.webhooks import create_service, serving_cert
+
+    cluster.kubectl("create", "namespace", namespace)
+    cluster_ip = create_service(cluster, service, namespace, port=443)
+    ca_pem, cert, key = serving_cert(workdir, service, namespace)
+    log_path = workdir / "serve.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - closed in finally, after the process
+    command = [
+        str(Path(sys.executable).with_name("sidecar-debug")),
+        "serve",
+        *("--tls-cert-file", str(cert), "--tls-key-file", str(key)),
+        *("--bind-address", cluster_ip, "--port", "443", "--workers", "1"),
+    ]
+    server = subprocess.Popen(
+        command,
+        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig), **env},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    manifest = configuration(ca_pem)
+    try:
+        context = ssl.create_default_context(cafile=str(workdir / "ca.crt"))
+        context.check_hostname = False  # the certificate names the Service; we dial its IP
+
+        def healthy() -> bool:
+            assert server.poll() is None, log_path.read_text()
+            url = f"https://{cluster_ip}:443/readyz"
+            with urllib.request.urlopen(url, context=context, timeout=2) as response:  # noqa: S310
+                return bool(response.status == 200)
+
+        wait_until(healthy, 30, "sidecar-debug serve /readyz", interval=0.3)
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+        time.sleep(2)  # the apiserver loads webhook configurations asynchronously
+        yield cluster_ip, log_path
+    finally:
+        cluster.kubectl(
+            "delete",
+            "mutatingwebhookconfiguration",
+            manifest["metadata"]["name"],
+            "--ignore-not-found",
+            check=False,
+        )
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 def build_images(*targets: str) -> None:

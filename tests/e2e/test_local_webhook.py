@@ -8,20 +8,15 @@ but no node and no image is needed: this is the fast end-to-end check of the dec
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.cluster.cluster import Cluster
-from tests.cluster.webhooks import create_service, mutating_webhook_configuration, serving_cert
-from tests.e2e.conftest import STATUS_ANNOTATION, wait_until
+from tests.cluster.webhooks import mutating_webhook_configuration
+from tests.e2e.conftest import STATUS_ANNOTATION, local_webhook_server, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -60,50 +55,18 @@ def _configuration(ca_pem: bytes) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def local_webhook(lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    cluster = lite_cluster
-    cluster.kubectl("create", "namespace", WEBHOOK_NAMESPACE)
-    cluster_ip = create_service(cluster, SERVICE, WEBHOOK_NAMESPACE, port=443)
-    workdir = tmp_path_factory.mktemp("local-webhook")
-    ca_pem, cert, key = serving_cert(workdir, SERVICE, WEBHOOK_NAMESPACE)
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig),
-        "SIDECAR_DEBUG_TOOLSET_IMAGE": TOOLSET,
-        "SIDECAR_DEBUG_WEBHOOK_NAMESPACE": WEBHOOK_NAMESPACE,
-    }
-    log = open(workdir / "serve.log", "wb")  # noqa: SIM115
-    command = [str(Path(sys.executable).with_name("sidecar-debug")), "serve",
-               "--tls-cert-file", str(cert), "--tls-key-file", str(key),
-               "--bind-address", cluster_ip, "--port", "443", "--workers", "1"]
-    server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                              start_new_session=True)
-    try:
-        import ssl
-        import urllib.request
-
-        context = ssl.create_default_context(cafile=str(workdir / "ca.crt"))
-        context.check_hostname = False
-
-        def healthy() -> bool:
-            assert server.poll() is None, (workdir / "serve.log").read_text()
-            with urllib.request.urlopen(  # noqa: S310
-                    f"https://{cluster_ip}:443/readyz", context=context, timeout=2) as response:
-                return bool(response.status == 200)
-
-        wait_until(healthy, 30, "sidecar-debug serve /readyz", interval=0.3)
-        cluster.kubectl("apply", "-f", "-", input=json.dumps(_configuration(ca_pem)))
-        time.sleep(2)  # the apiserver loads webhook configurations asynchronously
+    with local_webhook_server(
+        lite_cluster,
+        tmp_path_factory.mktemp("local-webhook"),
+        service=SERVICE,
+        namespace=WEBHOOK_NAMESPACE,
+        env={
+            "SIDECAR_DEBUG_TOOLSET_IMAGE": TOOLSET,
+            "SIDECAR_DEBUG_WEBHOOK_NAMESPACE": WEBHOOK_NAMESPACE,
+        },
+        configuration=_configuration,
+    ) as (cluster_ip, _):
         yield cluster_ip
-    finally:
-        cluster.kubectl("delete", "mutatingwebhookconfiguration", CONFIGURATION,
-                        "--ignore-not-found", check=False)
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
-        cluster.kubectl("delete", "namespace", WEBHOOK_NAMESPACE, "--wait=false", check=False)
 
 
 def _namespace(cluster: Cluster, labels: dict[str, str] | None = None) -> str:

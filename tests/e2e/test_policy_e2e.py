@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from tests.cluster.cluster import Cluster
-from tests.cluster.webhooks import create_service, mutating_webhook_configuration, serving_cert
-from tests.e2e.conftest import STATUS_ANNOTATION, wait_until
+from tests.cluster.webhooks import mutating_webhook_configuration, serving_cert
+from tests.e2e.conftest import STATUS_ANNOTATION, local_webhook_server, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -103,59 +103,15 @@ def webhook(
     lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LocalWebhook]:
     cluster = lite_cluster
-    cluster.kubectl("create", "namespace", WEBHOOK_NAMESPACE)
-    cluster_ip = create_service(cluster, SERVICE, WEBHOOK_NAMESPACE, port=443)
     workdir = tmp_path_factory.mktemp("policy-webhook")
-    ca_pem, cert, key = serving_cert(workdir, SERVICE, WEBHOOK_NAMESPACE)
     policy_dir = workdir / "policies"
     policy_dir.mkdir()
     policy_file = policy_dir / "policy.yaml"
     policy_file.write_text(POLICY)
     _cluster_roles(cluster)
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig),
-        "SIDECAR_DEBUG_TOOLSET_IMAGE": "localhost/sidecar-debug/toolset:0.1.0",
-        "SIDECAR_DEBUG_WEBHOOK_NAMESPACE": WEBHOOK_NAMESPACE,
-        "SIDECAR_DEBUG_POLICY_PATH": str(policy_dir),
-        # A new RoleBinding must show within a second, not after the default 10 s.
-        "SIDECAR_DEBUG_SAR_CACHE_SECONDS": "1",
-    }
-    log_path = workdir / "serve.log"
-    log = open(log_path, "wb")  # noqa: SIM115
-    command = [
-        SIDECAR_DEBUG,
-        "serve",
-        "--tls-cert-file",
-        str(cert),
-        "--tls-key-file",
-        str(key),
-        "--bind-address",
-        cluster_ip,
-        "--port",
-        "443",
-        "--workers",
-        "1",
-    ]
-    server = subprocess.Popen(
-        command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    try:
-        import ssl
-        import urllib.request
 
-        context = ssl.create_default_context(cafile=str(workdir / "ca.crt"))
-        context.check_hostname = False
-
-        def healthy() -> bool:
-            assert server.poll() is None, log_path.read_text()
-            with urllib.request.urlopen(  # noqa: S310
-                f"https://{cluster_ip}:443/readyz", context=context, timeout=2
-            ) as response:
-                return bool(response.status == 200)
-
-        wait_until(healthy, 30, "sidecar-debug serve /readyz", interval=0.3)
-        configuration = mutating_webhook_configuration(
+    def configuration(ca_pem: bytes) -> dict[str, Any]:
+        return mutating_webhook_configuration(
             CONFIGURATION,
             service=SERVICE,
             namespace=WEBHOOK_NAMESPACE,
@@ -164,17 +120,26 @@ def webhook(
             timeout_seconds=10,
             namespace_selector={"matchLabels": {"debug": "enabled", "policy-e2e": "true"}},
         )
-        cluster.kubectl("apply", "-f", "-", input=json.dumps(configuration))
-        time.sleep(2)  # the apiserver loads webhook configurations asynchronously
-        yield LocalWebhook(cluster, cluster_ip, policy_file, log_path)
+
+    env = {
+        "SIDECAR_DEBUG_TOOLSET_IMAGE": "localhost/sidecar-debug/toolset:0.1.0",
+        "SIDECAR_DEBUG_WEBHOOK_NAMESPACE": WEBHOOK_NAMESPACE,
+        "SIDECAR_DEBUG_POLICY_PATH": str(policy_dir),
+        # A new RoleBinding must show within a second, not after the default 10 s.
+        "SIDECAR_DEBUG_SAR_CACHE_SECONDS": "1",
+    }
+    try:
+        with local_webhook_server(
+            cluster,
+            workdir,
+            service=SERVICE,
+            namespace=WEBHOOK_NAMESPACE,
+            env=env,
+            configuration=configuration,
+        ) as (cluster_ip, log_path):
+            yield LocalWebhook(cluster, cluster_ip, policy_file, log_path)
     finally:
-        cluster.kubectl(
-            "delete",
-            "mutatingwebhookconfiguration",
-            CONFIGURATION,
-            "--ignore-not-found",
-            check=False,
-        )
+        # test_namespace_label_gate adds this one.
         cluster.kubectl(
             "delete",
             "validatingwebhookconfiguration",
@@ -182,13 +147,6 @@ def webhook(
             "--ignore-not-found",
             check=False,
         )
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
-        cluster.kubectl("delete", "namespace", WEBHOOK_NAMESPACE, "--wait=false", check=False)
 
 
 def _namespace(cluster: Cluster, prefix: str) -> str:
