@@ -18,50 +18,23 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
 from tests.cluster.cluster import Cluster
+from webhook import certs
 
 
 def serving_cert(directory: Path, service: str, namespace: str) -> tuple[bytes, Path, Path]:
-    """A throw-away CA and a serving cert for `service.namespace.svc`: (ca_pem, crt, key)."""
+    """A throw-away CA and a serving cert for the Service's DNS names, made by the webhook's own
+    generator (webhook.certs): (ca_pem, tls.crt, tls.key); ca.crt is written beside them."""
     directory.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-webhook-ca")])
-    ca = (
-        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-        .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
+    validity = datetime.timedelta(days=2)
+    ca = certs.generate_ca("test-webhook-ca", validity=validity)
+    serving = certs.generate_serving(
+        ca, certs.service_dns_names(service, namespace)[2:], validity=validity
     )
-    key = ec.generate_private_key(ec.SECP256R1())
-    names = [f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
-        .issuer_name(ca_name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]),
-                       critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    ca_pem = ca.public_bytes(serialization.Encoding.PEM)
-    (directory / "ca.crt").write_bytes(ca_pem)
-    (directory / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (directory / "tls.key").write_bytes(key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption()))
-    (directory / "tls.key").chmod(0o600)
-    return ca_pem, directory / "tls.crt", directory / "tls.key"
+    (directory / "ca.crt").write_bytes(ca.cert_pem)
+    (directory / "tls.crt").write_bytes(serving.cert_pem)
+    certs.write_private_file(directory / "tls.key", serving.key_pem)
+    return ca.cert_pem, directory / "tls.crt", directory / "tls.key"
 
 
 def create_service(cluster: Cluster, name: str, namespace: str, port: int = 443) -> str:
