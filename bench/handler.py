@@ -104,21 +104,32 @@ def worker_choice(cert: Path, key: Path, workdir: Path, specs: Sequence[ServerSp
             for spec, server in started:
                 for concurrency in concurrencies:
                     cpu = server.cpu_seconds()
+                    pids = server.worker_pids()
+                    per_worker = [servers.cpu_seconds([pid]) for pid in pids]
                     result = loadgen.run(server.url + "/mutate", body, concurrency, seconds)
+                    worker_cpu = [round(servers.cpu_seconds([pid]) - before, 2)
+                                  for pid, before in zip(pids, per_worker, strict=True)]
                     row = {"config": spec.label(), "worker_class": spec.worker_class,
                            "workers": spec.workers, "threads": spec.threads, "shape": shape,
                            "round": round_index, "load_average": servers.load_average(),
                            "cpu_ms_per_review": _per_review(server.cpu_seconds() - cpu, result),
+                           # How evenly the connections spread: 1/workers is even, 1.0 is
+                           # every review on one worker.
+                           "worker_cpu_s": worker_cpu,
+                           "busiest_worker_share": round(max(worker_cpu) / sum(worker_cpu), 2)
+                           if sum(worker_cpu) > 0 else None,
                            **result.as_dict()}
                     rounds_by_key.setdefault((spec.label(), concurrency), []).append(row)
                     log(f"workers {spec.label():14} c={concurrency:<3} round {round_index} "
                         f"{result.rps:8.1f}/s p50 {result.p50_ms:7.2f} ms  "
-                        f"p99 {result.p99_ms:7.2f} ms  cpu {row['cpu_ms_per_review']} ms/review")
+                        f"p99 {result.p99_ms:7.2f} ms  cpu {row['cpu_ms_per_review']} ms/review "
+                        f" per worker {worker_cpu} s")
     rows = []
     for (_, _), runs in rounds_by_key.items():
         median = sorted(runs, key=lambda r: r["rps"])[len(runs) // 2]
         rows.append({**median, "rounds": [{k: r[k] for k in (
-            "rps", "p50_ms", "p99_ms", "cpu_ms_per_review", "load_average")} for r in runs]})
+            "rps", "p50_ms", "p99_ms", "cpu_ms_per_review", "worker_cpu_s",
+            "busiest_worker_share", "load_average")} for r in runs]})
     return rows
 
 

@@ -118,10 +118,13 @@ def render(results: Mapping[str, Any]) -> str:
     workers = results.get("workers")
     if workers:
         out.append("\nWorker class and count (webhook, typical pod; median of the rounds)")
-        out.append(_table(["config", "conc", "reviews/s", "p50 ms", "p99 ms", "cpu ms/review",
-                           "load avg"],
+        out.append(_table(["config", "conc", "reviews/s", "rounds", "p50 ms", "p99 ms",
+                           "cpu ms/review", "busiest worker (each round)", "load avg"],
                           [[w["config"], w["concurrency"], f"{w['rps']:.0f}",
+                            "/".join(f"{r['rps']:.0f}" for r in w.get("rounds", [])),
                             f"{w['p50_ms']:.2f}", f"{w['p99_ms']:.2f}", w.get("cpu_ms_per_review"),
+                            "/".join(f"{r.get('busiest_worker_share') or 0:.2f}"
+                                     for r in w.get("rounds", [])),
                             w["load_average"][0]] for w in workers]))
     scaling = results.get("scaling")
     if scaling:
