@@ -126,6 +126,17 @@ class Session:
                         on_stderr(chunk)
                 if time.monotonic() > deadline:
                     raise SessionError(f"{shlex.join(command)} did not finish in {timeout:.0f} s")
+            # Every peek reads frames too: the one that met the close frame may have buffered
+            # the last output after this loop's reads (a trace copy lost its tail that way).
+            for read, parts, callback in (
+                (response.read_stdout, stdout_parts, on_stdout),
+                (response.read_stderr, stderr_parts, on_stderr),
+            ):
+                chunk = read(timeout=0)
+                if chunk:
+                    parts.append(chunk)
+                    if callback:
+                        callback(chunk)
             returncode = response.returncode
         finally:
             response.close()
@@ -146,16 +157,22 @@ class Session:
             raise SessionError(f"copying {', '.join(names)} from the pod failed: "
                                f"{result.stderr.strip()}")
         local_dir.mkdir(parents=True, exist_ok=True)
-        data = base64.b64decode("".join(result.stdout.split()))
-        written = []
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
-            for member in archive.getmembers():
-                if not (member.isfile() or member.isdir()) or member.name.startswith(("/", "..")) \
-                        or "/../" in member.name:
-                    raise SessionError(f"refusing unsafe path {member.name!r} from the pod")
-            archive.extractall(local_dir, filter="data")
-            written = [local_dir / m.name for m in archive.getmembers() if m.isfile()]
-        return written
+        try:
+            data = base64.b64decode("".join(result.stdout.split()), validate=True)
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
+                for member in archive.getmembers():
+                    if not (member.isfile() or member.isdir()) \
+                            or member.name.startswith(("/", "..")) or "/../" in member.name:
+                        raise SessionError(f"refusing unsafe path {member.name!r} from the pod")
+                archive.extractall(local_dir, filter="data")
+                return [local_dir / m.name for m in archive.getmembers() if m.isfile()]
+        except (ValueError, tarfile.TarError) as error:  # binascii.Error is a ValueError
+            raise SessionError(
+                f"copying {', '.join(names)} from the pod: the archive arrived incomplete "
+                f"({len(result.stdout)} characters, {error}); the files are still in "
+                f"{remote_dir} in container {container or 'the toolset container'}: run the "
+                "command again, or copy them with kubectl cp"
+            ) from error
 
     def remove_remote(self, remote_dir: str, container: str | None = None) -> None:
         if remote_dir.startswith(REMOTE_BASE + "/"):

@@ -105,6 +105,81 @@ def test_fetch_refuses_paths_outside_the_target(tmp_path: Path) -> None:
     assert not (tmp_path / "evil").exists()
 
 
+def test_fetch_of_an_incomplete_archive_says_so(tmp_path: Path) -> None:
+    whole = tar_of({"trace/metadata": b"ctf" * 4000})
+    session = FakeSession(whole[: len(whole) // 2])
+    with pytest.raises(sessions.SessionError) as raised:
+        session.fetch("/tmp/sidecar-debug/lttng-1", ["trace"], tmp_path)
+    assert "arrived incomplete" in str(raised.value)
+    assert "/tmp/sidecar-debug/lttng-1" in str(raised.value)
+
+
+class BatchedStream:
+    """Like kubernetes.stream.ws_client.WSClient: every update() (and so every peek) reads the
+    frames that have arrived, here one batch per call, and stops at the close frame."""
+
+    returncode = 0
+
+    def __init__(self, batches: list[list[Any]]) -> None:
+        self.batches = batches
+        self.channels: dict[int, str] = {}
+        self.open = True
+
+    def is_open(self) -> bool:
+        return self.open
+
+    def update(self, timeout: float | None = 0) -> None:
+        if not self.open or not self.batches:
+            return
+        for frame in self.batches.pop(0):
+            if frame == "close":
+                self.open = False
+                return
+            channel, data = frame
+            self.channels[channel] = self.channels.get(channel, "") + data
+
+    def _peek(self, channel: int) -> str:
+        self.update()
+        return self.channels.get(channel, "")
+
+    def _read(self, channel: int) -> str:
+        if channel not in self.channels:
+            self.update()
+        return self.channels.pop(channel, "")
+
+    def peek_stdout(self, timeout: float = 0) -> str:
+        return self._peek(1)
+
+    def peek_stderr(self, timeout: float = 0) -> str:
+        return self._peek(2)
+
+    def read_stdout(self, timeout: float | None = None) -> str:
+        return self._read(1)
+
+    def read_stderr(self, timeout: float | None = None) -> str:
+        return self._read(2)
+
+    def close(self) -> None:
+        self.open = False
+
+
+def test_exec_keeps_output_that_arrives_with_the_close_frame(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The peek of stderr reads the last stdout frames and the close frame together: that
+    output must still reach the result (a trace copy once lost its tail this way)."""
+    import kubernetes.stream
+
+    batches: list[list[Any]] = [[(1, "AAA")], [], [(1, "BBB"), (2, "done"), "close"]]
+    monkeypatch.setattr(kubernetes.stream, "stream", lambda *a, **k: BatchedStream(batches))
+    seen: list[str] = []
+    session = sessions.Session(api_client=None, pod="web", namespace="ns", container="tools")
+    result = session.exec(["true"], container="tools", on_stdout=seen.append)
+    assert result.stdout == "AAABBB"
+    assert result.stderr == "done"
+    assert seen == ["AAA", "BBB"]
+
+
 @pytest.mark.parametrize("command", ["flamegraph", "trace", "doctor", "attach"])
 def test_session_commands_are_registered(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as raised:
