@@ -135,6 +135,14 @@ def test_the_app_keeps_serving_while_perf_records_at_99_hz(node_pod: PlayedPod) 
     print(f"perf at 99 Hz: {base:.0f} -> {perf:.0f} calls/s ({overhead:+.1f} % overhead)")
 
 
+def test_lttng_trace_of_an_app_without_lttng_says_so(node_pod: PlayedPod) -> None:
+    """The Node sample does not use lttng-ust: a clear refusal, not babeltrace2's errors."""
+    result = node_pod.exec("lttng-trace", "--seconds", "1", "--out", "/tmp/lt-none")
+    assert result.returncode != 0
+    assert "no application in this pod registered with LTTng" in result.stderr
+    assert "babeltrace2" not in result.stderr
+
+
 def test_doctor_full_profile(node_pod: PlayedPod) -> None:
     result = node_pod.exec("doctor", "--json")
     assert result.returncode == 0, result.stdout + result.stderr
