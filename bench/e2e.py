@@ -5,9 +5,10 @@ The webhook runs as a local `sidecar-debug serve` bound to its Service's loopbac
 (lite mode: the apiserver dials the ClusterIP itself), as tests/e2e/test_local_webhook.py does.
 Modes: `null` (bench.null_app answers: the apiserver's own cost of calling a webhook),
 `fixed-patch` (bench.null_app answers with the webhook's patch at no review cost: what applying
-the patch and storing the bigger pod costs the apiserver), `webhook` (default profile lttng: no grant needed, no SubjectAccessReview), `rbac-cached`
-(default profile full: SubjectAccessReviews, answers cached sarCacheSeconds=10) and `rbac-cold`
-(sarCacheSeconds=0: every review asks the apiserver: two SubjectAccessReviews and a namespace GET).
+the patch and storing the bigger pod costs the apiserver), `webhook` (default profile lttng: no
+grant needed, no SubjectAccessReview), `rbac-cached` (default profile full: SubjectAccessReviews,
+answers cached sarCacheSeconds=10) and `rbac-cold` (sarCacheSeconds=0: every review asks the
+apiserver: two SubjectAccessReviews and a namespace GET).
 """
 
 from __future__ import annotations

@@ -51,10 +51,11 @@ def handler_cost(cert: Path, key: Path, workdir: Path, spec: ServerSpec, *,
                 loadgen.run(server.url + "/mutate", body, 8, min(2.0, seconds))
             for concurrency in concurrencies:
                 for name, server in (("webhook", webhook), ("null", null)):
-                    cpu = server.cpu_seconds()
+                    cpu, steal = server.cpu_seconds(), servers.steal_seconds()
                     result = loadgen.run(server.url + "/mutate", body, concurrency, seconds)
                     point = _point(name, shape, result)
                     point["cpu_ms_per_review"] = _per_review(server.cpu_seconds() - cpu, result)
+                    point["steal_s"] = round(servers.steal_seconds() - steal, 2)
                     points.append(point)
                     log(f"handler {shape:8} c={concurrency:<3} {name:7} {result.rps:8.1f}/s "
                         f"p50 {result.p50_ms:7.2f} ms  p99 {result.p99_ms:7.2f} ms  "
@@ -103,7 +104,7 @@ def worker_choice(cert: Path, key: Path, workdir: Path, specs: Sequence[ServerSp
         for round_index in range(rounds):
             for spec, server in started:
                 for concurrency in concurrencies:
-                    cpu = server.cpu_seconds()
+                    cpu, steal = server.cpu_seconds(), servers.steal_seconds()
                     pids = server.worker_pids()
                     per_worker = [servers.cpu_seconds([pid]) for pid in pids]
                     result = loadgen.run(server.url + "/mutate", body, concurrency, seconds)
@@ -116,6 +117,7 @@ def worker_choice(cert: Path, key: Path, workdir: Path, specs: Sequence[ServerSp
                            # How evenly the connections spread: 1/workers is even, 1.0 is
                            # every review on one worker.
                            "worker_cpu_s": worker_cpu,
+                           "steal_s": round(servers.steal_seconds() - steal, 2),
                            "busiest_worker_share": round(max(worker_cpu) / sum(worker_cpu), 2)
                            if sum(worker_cpu) > 0 else None,
                            **result.as_dict()}
@@ -129,7 +131,7 @@ def worker_choice(cert: Path, key: Path, workdir: Path, specs: Sequence[ServerSp
         median = sorted(runs, key=lambda r: r["rps"])[len(runs) // 2]
         rows.append({**median, "rounds": [{k: r[k] for k in (
             "rps", "p50_ms", "p99_ms", "cpu_ms_per_review", "worker_cpu_s",
-            "busiest_worker_share", "load_average")} for r in runs]})
+            "busiest_worker_share", "steal_s", "load_average")} for r in runs]})
     return rows
 
 

@@ -186,6 +186,13 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+def steal_seconds() -> float:
+    """CPU time the hypervisor gave to others, all CPUs together (/proc/stat `steal`): on a VM a
+    slow point with idle servers is often this."""
+    fields = open("/proc/stat").readline().split()  # noqa: SIM115 - one line of a proc file
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
+
+
 def load_average() -> tuple[float, float, float]:
     one, five, fifteen = os.getloadavg()
     return round(one, 2), round(five, 2), round(fifteen, 2)
