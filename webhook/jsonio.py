@@ -10,6 +10,7 @@ sends one (it decoded the object into Go's int64 fields before calling us).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -22,9 +23,16 @@ def loads(data: bytes | str) -> Any:
         return json.loads(data)
 
 
-def dumps(value: Any, *, sort_keys: bool = False) -> bytes:
-    """Compact JSON bytes (no spaces), as the stdlib's separators=(",", ":") writes them."""
+def dumps(
+    value: Any, *, sort_keys: bool = False, default: Callable[[Any], Any] | None = None
+) -> bytes:
+    """Compact JSON bytes (no spaces), as the stdlib's separators=(",", ":") writes them;
+    `default` converts what JSON has no type for, as in both libraries."""
     try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else None)
+        return orjson.dumps(
+            value, default=default, option=orjson.OPT_SORT_KEYS if sort_keys else None
+        )
     except TypeError:
-        return json.dumps(value, separators=(",", ":"), sort_keys=sort_keys).encode()
+        return json.dumps(
+            value, separators=(",", ":"), sort_keys=sort_keys, default=default
+        ).encode()

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
 from typing import Any
 
-import orjson
+from webhook import jsonio
 
 REVIEW_LOGGER = "sidecar_debug.review"
 
@@ -36,10 +35,7 @@ class JsonFormatter(logging.Formatter):
             entry.update(fields)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        try:
-            return orjson.dumps(entry, default=str).decode()
-        except TypeError:  # e.g. a non-string key in fields
-            return json.dumps(entry, separators=(",", ":"), default=str)
+        return jsonio.dumps(entry, default=str).decode()
 
 
 def configure(level: str = "INFO") -> None:
