@@ -42,13 +42,6 @@ class Refused(Exception):
         self.reason = reason
 
 
-def _status_line(code: int) -> str:
-    return f"{code} {HTTPStatus(code).phrase}"
-
-
-_STATUS_LINES = {code: _status_line(code) for code in (200, 400, 404, 405, 413, 415, 503)}
-
-
 def _json(payload: Any, status: int = 200) -> Answer:
     return status, JSON, jsonio.dumps(payload)
 
@@ -116,9 +109,6 @@ class WebhookApp:
             ("GET", "/readyz"): self.readyz,
             ("GET", "/metrics"): self.metrics,
         }
-        self.methods: dict[str, list[str]] = {}
-        for method, path in self.routes:
-            self.methods.setdefault(path, []).append(method)
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         method = str(environ.get("REQUEST_METHOD") or "GET").upper()
@@ -127,13 +117,14 @@ class WebhookApp:
         try:
             handler = self.routes.get(("GET" if method == "HEAD" else method, path))
             if handler is None:
-                allowed = self.methods.get(path)
-                if allowed is None:
+                allowed = {known for known, known_path in self.routes if known_path == path}
+                if not allowed:
                     raise Refused(
                         404, f"no such endpoint {method} {path}; the webhook serves POST /mutate"
                     )
-                methods = {*allowed, "HEAD"} if "GET" in allowed else set(allowed)
-                headers.append(("Allow", ", ".join(sorted(methods))))
+                if "GET" in allowed:
+                    allowed.add("HEAD")
+                headers.append(("Allow", ", ".join(sorted(allowed))))
                 raise Refused(405, f"method {method} not allowed on {path}")
             status, content_type, body = handler(environ)
         except Refused as refusal:
@@ -143,7 +134,7 @@ class WebhookApp:
             bug = Refused(400, f"request could not be processed: {type(exc).__name__}")
             status, content_type, body = self.refuse(bug, method, path)
         headers += [("Content-Type", content_type), ("Content-Length", str(len(body)))]
-        start_response(_STATUS_LINES.get(status) or _status_line(status), headers)
+        start_response(f"{status} {HTTPStatus(status).phrase}", headers)
         return [b"" if method == "HEAD" else body]
 
     @staticmethod
