@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import ssl
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 from werkzeug.test import Client
 
+from tests.cluster.cluster import free_port
 from tests.unit.core_helpers import admission_review, default_settings
 from webhook.policy_api import AllowAll
 from webhook.routes import create_app
@@ -173,11 +173,6 @@ def test_a_bug_in_a_handler_is_a_400_not_a_500(monkeypatch: pytest.MonkeyPatch) 
 # --- once through the real server -------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ssl.SSLContext]]:
@@ -198,7 +193,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ssl.
         check=True,
         capture_output=True,
     )
-    port = _free_port()
+    port = free_port()
     log = (certs / "serve.log").open("w")
     env = {**os.environ, "SIDECAR_DEBUG_WORKERS": "1"}
     server = subprocess.Popen(

@@ -15,13 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.cluster.cluster import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _pid_of_answer(port: int) -> int:
@@ -34,7 +31,7 @@ def _pid_of_answer(port: int) -> int:
 
 
 def _serve(worker_class: str) -> Iterator[int]:
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [
             sys.executable,
