@@ -41,11 +41,13 @@ def cli(cluster: Any, *args: str, timeout: float = 300) -> subprocess.CompletedP
                           timeout=timeout)
 
 
-def apply(cluster: Any, pod: dict[str, Any], namespace: str) -> str:
+def start(cluster: Any, pod: dict[str, Any], namespace: str, app_ready: str) -> str:
+    """Create `pod`, wait until it is Ready and its app container has logged `app_ready`."""
     name: str = pod["metadata"]["name"]
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(pod))
     cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", f"pod/{name}",
                     "--timeout=180s")
+    wait_for_log(cluster, namespace, name, "app", app_ready)
     return name
 
 
@@ -64,8 +66,7 @@ def test_flamegraph_through_the_kubernetes_api(full_cluster: Any, namespace: str
     pod = podman_pod.sample_pod("node", "injected-node",
                                 annotations={"sidecar-debug.io/runtime": "node"})
     injected = podman_pod.inject(pod, "full", "node", podman_pod.TOOLSET_IMAGE)
-    name = apply(full_cluster, injected, namespace)
-    wait_for_log(full_cluster, namespace, name, "app", '"rate"')
+    name = start(full_cluster, injected, namespace, '"rate"')
     output = tmp_path / "out.html"
     result = cli(full_cluster, "flamegraph", name, "-n", namespace, "--seconds", "5",
                  "-o", str(output))
@@ -91,8 +92,7 @@ def test_trace_records_an_app_started_together_with_the_sidecar(
     starts the app, so the app finds the LTTng session daemon and registers: no restart."""
     pod = podman_pod.sample_pod("python", "injected-python")
     injected = podman_pod.inject(pod, "lttng", "python", podman_pod.TOOLSET_IMAGE)
-    name = apply(full_cluster, injected, namespace)
-    wait_for_log(full_cluster, namespace, name, "app", "tick")
+    name = start(full_cluster, injected, namespace, "tick")
     output = tmp_path / "trace"
     result = cli(full_cluster, "trace", name, "-n", namespace, "--seconds", "3",
                  "-o", str(output))
@@ -121,8 +121,7 @@ def test_attach_profiles_a_pod_created_before_opting_in(full_cluster: Any, names
     pod["metadata"]["labels"] = {"app": "running-node"}
     pod["spec"]["containers"][0]["securityContext"] = {"runAsUser": 0}
     pod["spec"]["containers"][0]["imagePullPolicy"] = "IfNotPresent"
-    name = apply(full_cluster, pod, namespace)
-    wait_for_log(full_cluster, namespace, name, "app", '"rate"')
+    name = start(full_cluster, pod, namespace, '"rate"')
 
     before = cli(full_cluster, "flamegraph", name, "-n", namespace, "--seconds", "1")
     assert before.returncode == 5, before.stderr  # no toolset container yet
