@@ -3,11 +3,11 @@
 The apiserver keeps its connections to a webhook open and sends every review over them, so which
 worker process answers is settled when a connection is accepted. Stock gthread workers accept
 whatever arrives while they have room for a thousand connections; a burst of new connections
-lands on whichever worker wakes first, and measured on 2 cores with 8 connections, one worker got
-every one of them: half the machine idle, a third of the throughput, four times the latency
-(docs/performance.md, "Worker class and count"). This worker stops accepting while all its
-threads are busy, so a busy worker leaves new connections to an idle one; connections it already
-holds are served as before.
+lands on whichever worker wakes first. Measured on 2 cores with 8 connections, one worker got
+every one of them in 4 of 10 runs: half the machine idle, less than half the throughput, about
+three times the latency (docs/performance.md, "Worker class and count"). This worker stops
+accepting while all its threads are busy, so a busy worker leaves new connections to an idle
+one; connections it already holds are served as before.
 
 Everything here runs on the worker's main thread (accept, enqueue and finish callbacks all run
 from its event loop), so the in-flight count needs no lock.
