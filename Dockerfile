@@ -41,7 +41,7 @@ RUN mkdir webhook && touch webhook/__init__.py \
  && /opt/sidecar-debug/bin/python -c 'import kubernetes.client, kubernetes.stream'
 COPY webhook ./webhook
 RUN /opt/sidecar-debug/bin/pip install --no-deps . \
- && /opt/sidecar-debug/bin/python -c 'import webhook.cli' \
+ && /opt/sidecar-debug/bin/python -c 'import webhook.commands.cli' \
  && /opt/sidecar-debug/bin/pip uninstall -y pip setuptools \
  && find /opt/sidecar-debug -name '__pycache__' -prune -exec rm -rf {} + \
  && /opt/sidecar-debug/bin/python -m compileall -q -j 0 /opt/sidecar-debug/lib

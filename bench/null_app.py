@@ -1,7 +1,7 @@
 """The null handler: a WSGI app that reads the body and returns an "allowed" review (uid echoed).
 
 Served by the very same gunicorn settings as the webhook (`gunicorn -c
-python:webhook.gunicorn_conf bench.null_app:app`, same TLS files, workers and threads), it is
+python:webhook.server.gunicorn_conf bench.null_app:app`, same TLS files, workers and threads), it is
 the floor the real handler is compared against: what remains is the webhook's own cost.
 
 With BENCH_FIXED_PATCH=1 it answers every review with the patch the real webhook computed for
@@ -47,8 +47,8 @@ _fixed_lock = threading.Lock()
 def _fixed_patch_answer(body: bytes) -> bytes:
     with _fixed_lock:
         if not _fixed:
+            from webhook.admission.mutate import Mutator
             from webhook.config import load_settings
-            from webhook.mutate import Mutator
 
             review = Mutator(load_settings()).review(json.loads(body))
             patch = review.get("response", {}).get("patch") or ""

@@ -11,10 +11,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bench import pods, servers
+from webhook.admission.mutate import Mutator
 from webhook.config import Settings, load_settings
-from webhook.mutate import Mutator
-from webhook.policy import load_policy_engine
-from webhook.rbac import AccessCheck
+from webhook.kube.access import AccessCheck
+from webhook.policy.gate import load_policy_engine
 
 SIZES = (1, 2, 5, 10, 15, 20, 30, 40, 50)
 

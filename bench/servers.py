@@ -34,22 +34,22 @@ def make_certs(directory: Path, service: str = "bench", namespace: str = "bench"
 
 
 # Worker class names the bench accepts, and what gunicorn is told.
-WORKER_CLASSES = {"balanced": "webhook.gunicorn_worker.BalancedThreadWorker"}
+WORKER_CLASSES = {"balanced": "webhook.server.gunicorn_worker.BalancedThreadWorker"}
 
 
 @dataclass
 class ServerSpec:
     """What to serve and how: `app` is "webhook" (sidecar-debug serve), "null" or "wsgi"
-    (webhook.wsgi:app straight under gunicorn, for config experiments)."""
+    (webhook.server.wsgi:app straight under gunicorn, for config experiments)."""
 
     app: str = "webhook"
     workers: int = 2
     threads: int = 4
     worker_class: str = "balanced"  # balanced (the served default) | gthread (stock) | sync
     env: Mapping[str, str] = field(default_factory=dict)
-    # For experiments: serve webhook.wsgi:app (or the null app) with another gunicorn config
-    # module (e.g. one that imports webhook.gunicorn_conf and changes a setting).
-    config_module: str = "webhook.gunicorn_conf"
+    # For experiments: serve webhook.server.wsgi:app (or the null app) with another gunicorn config
+    # module (e.g. one that imports webhook.server.gunicorn_conf and changes a setting).
+    config_module: str = "webhook.server.gunicorn_conf"
 
     def label(self) -> str:
         if self.worker_class == "sync":
@@ -125,7 +125,7 @@ def serve(spec: ServerSpec, cert: Path, key: Path, workdir: Path, host: str = "1
                     "SIDECAR_DEBUG_BIND_ADDRESS": host, "SIDECAR_DEBUG_PORT": str(port)})
         env["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="bench-null-", dir=workdir)
         command = [sys.executable, "-m", "gunicorn", "-c", f"python:{spec.config_module}",
-                   "bench.null_app:app" if spec.app == "null" else "webhook.wsgi:app"]
+                   "bench.null_app:app" if spec.app == "null" else "webhook.server.wsgi:app"]
     else:
         raise ValueError(f"unknown app {spec.app!r}")
     repo = Path(__file__).resolve().parents[1]

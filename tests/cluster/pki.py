@@ -1,9 +1,9 @@
 """Certificates and keys for the test control plane.
 
 The CA and the apiserver's serving certificate come from the webhook's own generator
-(webhook.certs: ECDSA P-256, SANs, key identifiers); only what the webhook never issues is built
-here: the client certificate the apiserver presents to the kubelet, and the RSA key pair that
-signs service-account tokens.
+(webhook.certs.manager: ECDSA P-256, SANs, key identifiers); only what the webhook never
+issues is built here: the client certificate the apiserver presents to the kubelet, and the RSA
+key pair that signs service-account tokens.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from webhook import certs
+from webhook.certs import manager as certs
 
 _VALIDITY = datetime.timedelta(days=30)
 

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.cluster.cluster import Cluster
-from webhook import certs
+from webhook.certs import manager as certs
 
 
 def serving_cert(directory: Path, service: str, namespace: str) -> tuple[bytes, Path, Path]:
     """A throw-away CA and a serving cert for the Service's DNS names, made by the webhook's own
-    generator (webhook.certs): (ca_pem, tls.crt, tls.key); ca.crt is written beside them."""
+    generator (webhook.certs.manager): (ca_pem, tls.crt, tls.key); ca.crt is written beside them."""
     directory.mkdir(parents=True, exist_ok=True)
     validity = datetime.timedelta(days=2)
     ca = certs.generate_ca("test-webhook-ca", validity=validity)

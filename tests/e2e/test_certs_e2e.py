@@ -31,7 +31,7 @@ from cryptography import x509
 from tests.cluster.cluster import Cluster, free_port
 from tests.cluster.webhooks import create_service, mutating_webhook_configuration
 from tests.e2e.conftest import wait_until
-from webhook import certs
+from webhook.certs import manager as certs
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -108,7 +108,7 @@ def _start_replica(process_env: dict[str, str], cluster_ip: str, logs: Path, n: 
     log = logs / f"replica-{n}.log"
     handle = log.open("wb")
     process = subprocess.Popen(  # noqa: S603 - our own CLI
-        [sys.executable, "-m", "webhook.cli", "serve"],
+        [sys.executable, "-m", "webhook.commands.cli", "serve"],
         env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     return Replica(process, direct, log)
@@ -252,7 +252,7 @@ def test_blanked_ca_bundle_is_restored(env: Env, core_api: Any) -> None:
 
 def _rotate(env: Env, *flags: str) -> None:
     done = subprocess.run(  # noqa: S603 - our own CLI
-        [sys.executable, "-m", "webhook.cli", "certs", "rotate", *flags],
+        [sys.executable, "-m", "webhook.commands.cli", "certs", "rotate", *flags],
         env=env.process_env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr + done.stdout
@@ -360,7 +360,7 @@ def test_helm_upgrade_twice_keeps_the_ca(lite_cluster: Cluster, tmp_path: Path) 
                                     f"--bind 127.0.0.1:{direct}")  # fmt: skip
         log = tmp_path / f"helm-replica-{n}.log"
         replicas.append(Replica(subprocess.Popen(  # noqa: S603 - our own CLI
-            [sys.executable, "-m", "webhook.cli", "serve"], env=env, stdout=log.open("wb"),
+            [sys.executable, "-m", "webhook.commands.cli", "serve"], env=env, stdout=log.open("wb"),
             stderr=subprocess.STDOUT, start_new_session=True), direct, log))  # fmt: skip
 
     def secret_ca() -> bytes:

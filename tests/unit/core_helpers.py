@@ -9,10 +9,10 @@ from typing import Any
 
 import kubernetes_validate
 
+from webhook.admission.mutate import Mutator
 from webhook.config import Settings, load_settings
-from webhook.mutate import Mutator
-from webhook.patch import apply_patch
-from webhook.policy_api import AllowAll
+from webhook.inject.patch import apply_patch
+from webhook.policy.api import AllowAll
 
 # Schemas of a current Kubernetes (kubernetes-validate ships them); strict = unknown fields fail.
 K8S_SCHEMA_VERSION = "1.30"
@@ -66,7 +66,7 @@ def injected(
     settings: Settings | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(patched pod, AdmissionReview response) through the full review path."""
-    from webhook.admission import decode_patch
+    from webhook.admission.review import decode_patch
 
     review = mutator(settings).review(admission_review(pod, namespace))
     return apply_patch(pod, decode_patch(review)), dict(review["response"])

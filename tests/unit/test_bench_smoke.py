@@ -13,7 +13,7 @@ import pytest
 
 from bench import __main__ as bench_main
 from bench import loadgen, null_app, pods, report, scaling, servers, stub_api
-from webhook.admission import decode_patch
+from webhook.admission.review import decode_patch
 
 
 def test_pod_shapes_match_the_issue() -> None:
@@ -59,8 +59,8 @@ def test_null_app_with_the_fixed_patch_answers_the_webhooks_patch(
         answer = json.loads(b"".join(out))
         assert answer["response"]["uid"] == json.loads(body)["request"]["uid"]
         answers.append(answer["response"]["patch"])
+    from webhook.admission.mutate import Mutator
     from webhook.config import load_settings
-    from webhook.mutate import Mutator
 
     expected = Mutator(load_settings()).review(json.loads(pods.review_body("typical")))
     assert answers[0] == answers[1]
@@ -85,7 +85,7 @@ def test_wrk_summary_parsing() -> None:
 
 
 def test_stub_api_answers_the_policy_gate(tmp_path: Path) -> None:
-    from webhook.rbac import KubernetesClusterAPI, service_account_check
+    from webhook.kube.access import KubernetesClusterAPI, service_account_check
 
     with stub_api.stub_api(tmp_path) as kubeconfig:
         api = KubernetesClusterAPI(kubeconfig=str(kubeconfig))

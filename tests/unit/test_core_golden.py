@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from tests.unit.core_helpers import admission_review, mutator, settings_with, validate_pod
-from webhook.admission import decode_patch
-from webhook.patch import apply_patch
+from webhook.admission.review import decode_patch
+from webhook.inject.patch import apply_patch
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 CASES = sorted(p for p in GOLDEN.glob("*.yaml") if not p.name.endswith(".injected.yaml"))

@@ -1,0 +1,141 @@
+"""`sidecar-debug certs generate|inspect|verify` through the real entry point."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from webhook.certs import manager as certs
+from webhook.commands import certs as certs_cli
+from webhook.commands.cli import main
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_generate_writes_files_with_private_key_modes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    rc = main(["certs", "generate", "--service", "hook", "--namespace", "dbg",
+               "--out", str(out), "--days", "30", "--cluster-domain", "k8s.example"])  # fmt: skip
+    assert rc == 0
+    assert {p.name for p in out.iterdir()} == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
+    assert _mode(out / "tls.key") == 0o600 and _mode(out / "ca.key") == 0o600
+    assert _mode(out / "tls.crt") == 0o644
+    leaf = certs.load_certificates((out / "tls.crt").read_bytes())[0]
+    ca = certs.load_certificates((out / "ca.crt").read_bytes())
+    assert certs.subject_alt_names(leaf) == [
+        "hook", "hook.dbg", "hook.dbg.svc", "hook.dbg.svc.k8s.example", "localhost", "127.0.0.1",
+    ]  # fmt: skip
+    assert 29.9 < certs.days_left(leaf) <= 30
+    certs.verify_chain(leaf, ca, "hook.dbg.svc")
+    assert certs.key_matches(leaf, certs.load_private_key((out / "tls.key").read_bytes()))
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_generate_again_reuses_the_ca_unless_asked(tmp_path: Path) -> None:
+    args = ["certs", "generate", "--service", "s", "--namespace", "n", "--out", str(tmp_path)]
+    assert main(args) == 0
+    first_ca = (tmp_path / "ca.crt").read_bytes()
+    first_leaf = (tmp_path / "tls.crt").read_bytes()
+    assert main([*args, "--no-localhost"]) == 0
+    assert (tmp_path / "ca.crt").read_bytes() == first_ca
+    assert (tmp_path / "tls.crt").read_bytes() != first_leaf
+    leaf = certs.load_certificates((tmp_path / "tls.crt").read_bytes())[0]
+    assert "127.0.0.1" not in certs.subject_alt_names(leaf)
+    assert main([*args, "--new-ca"]) == 0
+    assert (tmp_path / "ca.crt").read_bytes() != first_ca
+
+
+def test_default_out_dir_is_the_repository_certs_folder(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[3]
+    assert certs_cli.default_out_dir(repo / "tests" / "unit") == repo / "certs"
+    assert certs_cli.default_out_dir(tmp_path) == tmp_path / "certs"
+
+
+def test_inspect_prints_the_facts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main(["certs", "generate", "--service", "s", "--namespace", "n", "--out", str(tmp_path)])
+    capsys.readouterr()
+    assert main(["certs", "inspect", str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")]) == 0
+    text = capsys.readouterr().out
+    for expected in ("subject:    CN=s", "SANs:       s, s.n, s.n.svc, s.n.svc.cluster.local",
+                     "issuer:     O=sidecar-debug,CN=sidecar-debug-ca@", "not before:",
+                     "not after:", "days left:  365.0", "key type:   ECDSA secp256r1",
+                     "tls.key: private key, ECDSA secp256r1"):  # fmt: skip
+        assert expected in text
+    assert main(["certs", "inspect", "--json", str(tmp_path / "ca.crt")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["certificates"][0]["isCA"] is True
+
+
+def test_inspect_bad_input_fails_cleanly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    junk = tmp_path / "junk.pem"
+    junk.write_text("hello")
+    assert main(["certs", "inspect", str(junk), str(tmp_path / "missing")]) == 1
+    err = capsys.readouterr().err
+    assert "junk.pem: not a PEM certificate bundle" in err and "missing" in err
+
+
+def test_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main(["certs", "generate", "--service", "s", "--namespace", "n", "--out", str(tmp_path)])
+    base = ["certs", "verify", "--ca", str(tmp_path / "ca.crt"),
+            "--cert", str(tmp_path / "tls.crt")]  # fmt: skip
+    assert main([*base, "--key", str(tmp_path / "tls.key"), "--name", "s.n.svc"]) == 0
+    assert main([*base, "--name", "other.n.svc"]) == 1
+    assert main([*base, "--key", str(tmp_path / "ca.key")]) == 1
+    assert "does not belong" in capsys.readouterr().err
+
+
+def test_console_script_generate(tmp_path: Path) -> None:
+    exe = Path(sys.executable).with_name("sidecar-debug")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "webhook.commands.cli"]
+    done = subprocess.run(
+        [*cmd, "certs", "generate", "--service", "s", "--namespace", "n", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert _mode(tmp_path / "tls.key") == 0o600
+
+
+def test_inspect_connect_shows_the_served_certificate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+    import ssl
+    import threading
+
+    main(["certs", "generate", "--service", "s", "--namespace", "n", "--out", str(tmp_path)])
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve_once() -> None:
+        conn, _ = listener.accept()
+        try:
+            with context.wrap_socket(conn, server_side=True) as tls:
+                tls.recv(1)
+        except (OSError, ssl.SSLError):
+            pass
+
+    thread = threading.Thread(target=serve_once, daemon=True)
+    thread.start()
+    capsys.readouterr()
+    try:
+        rc = main(["certs", "inspect", "--connect", f"127.0.0.1:{port}", "--server-name", "s.n"])
+    finally:
+        thread.join(10)
+        listener.close()
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert f"127.0.0.1:{port} (served):" in out and "SANs:       s, s.n" in out
+    assert main(["certs", "inspect", "--connect", "nonsense"]) == 1

@@ -1,0 +1,251 @@
+"""The injection cases issue #2 lists, through the whole review path, as users rely on them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.unit.core_helpers import (
+    admission_review,
+    default_settings,
+    injected,
+    mutator,
+    settings_with,
+)
+from webhook import constants
+from webhook.admission.review import decode_patch
+from webhook.config import SettingsError, load_settings
+from webhook.inject.decision import decide
+
+
+def pod(**spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"containers": [{"name": "app", "image": "busybox"}]}
+    base.update(spec)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": base}
+
+
+def mounts(container: dict[str, Any]) -> dict[str, str]:
+    return {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+
+
+def test_full_profile_gives_sidecar_first_shared_pids_and_mounts_everywhere() -> None:
+    result, response = injected(pod())
+    spec = result["spec"]
+    sidecar, app = spec["containers"]
+    assert sidecar["name"] == "debug-toolset"
+    assert sidecar["securityContext"]["privileged"] is True
+    assert spec["shareProcessNamespace"] is True
+    assert mounts(app)["/tmp"] == mounts(sidecar)["/tmp"]
+    assert mounts(app)["/var/run/lttng"] == mounts(sidecar)["/var/run/lttng"]
+    host = {m["mountPath"]: m for m in sidecar["volumeMounts"] if m.get("readOnly")}
+    assert set(host) == {"/usr/src", "/lib/modules"}
+    assert "/usr/src" not in mounts(app) and "/lib/modules" not in mounts(app)
+    assert sidecar["lifecycle"]["postStart"]["exec"]["command"] == [
+        "toolset-entrypoint",
+        "--wait-ready",
+    ]
+    status = json.loads(result["metadata"]["annotations"][constants.ANNOTATION_STATUS])
+    assert status["profile"] == "full" and status["version"] and status["grant"] == "test"
+    assert result["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"] == "app"
+    assert response["auditAnnotations"]["decision"] == "injected"
+
+
+def test_lttng_profile_has_no_privilege_at_all() -> None:
+    p = pod()
+    p["metadata"]["annotations"] = {constants.ANNOTATION_PROFILE: "lttng"}
+    result, _ = injected(p)
+    sidecar = result["spec"]["containers"][0]
+    assert sidecar["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert sidecar["securityContext"]["allowPrivilegeEscalation"] is False
+    assert not any("hostPath" in v for v in result["spec"]["volumes"])
+    assert set(mounts(sidecar)) == {"/var/run/lttng"}
+    assert default_settings().profiles["lttng"].requires_grant is False
+    for name in ("perf", "bcc", "full"):
+        assert default_settings().profiles[name].requires_grant, name
+
+
+def test_reinvocation_and_already_injected_pod_give_empty_patch() -> None:
+    first, _ = injected(pod())
+    review = mutator().review(admission_review(first))
+    assert "patch" not in review["response"]
+    assert review["response"]["allowed"] is True
+    assert review["response"]["auditAnnotations"]["reason"] == "already-injected"
+
+
+def test_stale_status_annotation_without_sidecar_is_injected_again() -> None:
+    p = pod()
+    p["metadata"]["annotations"] = {constants.ANNOTATION_STATUS: '{"container":"debug-toolset"}'}
+    result, _ = injected(p)
+    assert result["spec"]["containers"][0]["name"] == "debug-toolset"
+
+
+@pytest.mark.parametrize(
+    ("labels", "annotations", "reason"),
+    [
+        ({"debug": "disabled"}, {}, "opt-out-label"),
+        ({}, {constants.ANNOTATION_INJECT: "false"}, "opt-out-annotation"),
+        ({}, {constants.ANNOTATION_INJECT: "False"}, "opt-out-annotation"),
+    ],
+)
+def test_opt_out(labels: dict[str, str], annotations: dict[str, str], reason: str) -> None:
+    p = pod()
+    p["metadata"].update(labels=labels, annotations=annotations)
+    review = mutator().review(admission_review(p))
+    assert "patch" not in review["response"]
+    assert review["response"]["auditAnnotations"]["reason"] == reason
+
+
+@pytest.mark.parametrize(
+    "namespace", ["kube-system", "kube-public", "kube-node-lease", "sidecar-debug"]
+)
+def test_excluded_namespaces_are_never_injected(namespace: str) -> None:
+    settings = settings_with(webhook_namespace="sidecar-debug")
+    review = mutator(settings).review(admission_review(pod(), namespace=namespace))
+    assert "patch" not in review["response"]
+    assert review["response"]["auditAnnotations"]["reason"] == "excluded-namespace"
+
+
+def test_excluded_namespaces_setting_cannot_drop_the_system_ones() -> None:
+    settings = load_settings(environ={"SIDECAR_DEBUG_EXCLUDED_NAMESPACES": "team-a"})
+    assert {
+        "team-a",
+        "kube-system",
+        "kube-public",
+        "kube-node-lease",
+    } <= settings.excluded_namespaces
+
+
+def test_unknown_profile_is_refused_with_the_known_ones_named() -> None:
+    p = pod()
+    p["metadata"]["annotations"] = {constants.ANNOTATION_PROFILE: "fulll"}
+    response = mutator().review(admission_review(p))["response"]
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 400
+    message = response["status"]["message"]
+    assert "'fulll'" in message and "bcc, full, lttng, perf" in message
+
+
+def test_empty_object_namespace_uses_the_request_namespace() -> None:
+    p = pod()
+    p["metadata"] = {"generateName": "job-"}
+    decision = decide(p, "kube-system", default_settings())
+    assert decision.reason == "excluded-namespace"
+    review = mutator().review(admission_review(p, namespace="kube-system"))
+    assert "patch" not in review["response"]
+
+
+def test_existing_tmp_volume_is_shared_not_duplicated() -> None:
+    p = pod(volumes=[{"name": "scratch", "emptyDir": {}}])
+    p["spec"]["containers"][0]["volumeMounts"] = [{"name": "scratch", "mountPath": "/tmp"}]
+    result, _ = injected(p)
+    sidecar = result["spec"]["containers"][0]
+    assert mounts(sidecar)["/tmp"] == "scratch"
+    assert [v["name"] for v in result["spec"]["volumes"]].count("scratch") == 1
+    assert "sidecar-debug-tmp" not in {v["name"] for v in result["spec"]["volumes"]}
+
+
+def test_host_pid_pod_does_not_get_share_process_namespace() -> None:
+    result, _ = injected(pod(hostPID=True))
+    assert "shareProcessNamespace" not in result["spec"]
+
+
+def test_explicit_share_process_namespace_false_is_overridden_with_a_warning() -> None:
+    result, response = injected(pod(shareProcessNamespace=False))
+    assert result["spec"]["shareProcessNamespace"] is True
+    assert any("shareProcessNamespace" in w for w in response["warnings"])
+
+
+def test_init_containers_are_left_alone() -> None:
+    init = {"name": "migrate", "image": "busybox", "command": ["true"]}
+    result, _ = injected(pod(initContainers=[dict(init)]))
+    assert result["spec"]["initContainers"] == [init]
+
+
+def test_user_env_is_never_overwritten_and_node_options_is_appended_once() -> None:
+    p = pod()
+    p["metadata"]["annotations"] = {constants.ANNOTATION_RUNTIME: "node"}
+    p["spec"]["containers"][0]["env"] = [{"name": "NODE_OPTIONS", "value": "--inspect"}]
+    result, _ = injected(p)
+    env = {e["name"]: e for e in result["spec"]["containers"][1]["env"]}
+    assert env["NODE_OPTIONS"]["value"] == "--inspect --perf-basic-prof"
+    p["spec"]["containers"][0]["env"] = [{"name": "NODE_OPTIONS", "value": "--perf-basic-prof"}]
+    result, _ = injected(p)
+    assert result["spec"]["containers"][1]["env"] == [
+        {"name": "NODE_OPTIONS", "value": "--perf-basic-prof"}
+    ]
+
+
+def test_dotnet_hints_follow_the_profile_techniques() -> None:
+    p = pod()
+    p["metadata"]["annotations"] = {
+        constants.ANNOTATION_RUNTIME: "dotnet",
+        constants.ANNOTATION_PROFILE: "perf",
+    }
+    p["spec"]["containers"][0]["env"] = [{"name": "DOTNET_PerfMapEnabled", "value": "0"}]
+    result, _ = injected(p)
+    env = {e["name"]: e["value"] for e in result["spec"]["containers"][1]["env"]}
+    assert env == {"DOTNET_PerfMapEnabled": "0", "COMPlus_PerfMapEnabled": "1"}
+
+
+def test_unknown_runtime_is_a_warning_not_a_refusal() -> None:
+    p = pod()
+    p["metadata"]["annotations"] = {constants.ANNOTATION_RUNTIME: "cobol"}
+    result, response = injected(p)
+    assert result["spec"]["containers"][0]["name"] == "debug-toolset"
+    assert any("unknown runtime 'cobol'" in w for w in response["warnings"])
+
+
+def test_a_platform_team_adds_a_profile_without_code(tmp_path: Any) -> None:
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(
+        "profiles:\n"
+        "  - name: gdb\n"
+        "    techniques: []\n"
+        "    securityContext: {capabilities: {add: [SYS_PTRACE]}}\n"
+    )
+    settings = load_settings(
+        environ={
+            "SIDECAR_DEBUG_PROFILES_FILE": str(profiles),
+            "SIDECAR_DEBUG_DEFAULT_PROFILE": "gdb",
+        }
+    )
+    assert settings.profiles["gdb"].requires_grant
+    result, _ = injected(pod(), settings=settings)
+    assert result["spec"]["containers"][0]["securityContext"] == {
+        "capabilities": {"add": ["SYS_PTRACE"]}
+    }
+
+
+@pytest.mark.parametrize(
+    ("environ", "field"),
+    [
+        ({"SIDECAR_DEBUG_PORT": "http"}, "SIDECAR_DEBUG_PORT"),
+        ({"SIDECAR_DEBUG_DEFAULT_PROFILE": "nope"}, "defaultProfile"),
+        ({"SIDECAR_DEBUG_SIDECAR_NAME": "Bad_Name"}, "sidecarName"),
+        ({"SIDECAR_DEBUG_IMAGE_PULL_POLICY": "Sometimes"}, "imagePullPolicy"),
+        ({"SIDECAR_DEBUG_NATIVE_SIDECAR": "maybe"}, "SIDECAR_DEBUG_NATIVE_SIDECAR"),
+    ],
+)
+def test_bad_settings_fail_at_start_naming_the_field(environ: dict[str, str], field: str) -> None:
+    with pytest.raises(SettingsError, match=field):
+        load_settings(environ=environ)
+
+
+def test_config_file_typo_names_the_key_and_the_known_ones(tmp_path: Any) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("toolsetImagee: x\n")
+    with pytest.raises(
+        SettingsError, match=r"toolsetImagee: unknown setting; known: .*toolsetImage"
+    ):
+        load_settings(str(config), environ={})
+
+
+def test_patch_escapes_slash_and_tilde_in_new_keys() -> None:
+    p = pod()
+    p["metadata"]["annotations"] = {"a/b~c": "1"}
+    review = mutator().review(admission_review(p))
+    paths = [op["path"] for op in decode_patch(review)]
+    assert "/metadata/annotations/sidecar-debug.io~1status" in paths
+    assert not any("a/b" in path for path in paths)

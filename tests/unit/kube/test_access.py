@@ -1,0 +1,136 @@
+"""KubernetesClusterAPI against a local HTTP server: request shape, auth, timeouts, errors."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from webhook.kube.access import ClusterAPIError, KubernetesClusterAPI, service_account_check
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+
+class FakeApiserver:
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, dict[str, str], Any]] = []
+        self.delay = 0.0
+        self.status = 200
+        self.allowed = True
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self, body: Any) -> None:
+                time.sleep(fake.delay)
+                if fake.delay:
+                    return  # the client has given up; answering would only log a broken pipe
+                data = json.dumps(body).encode()
+                self.send_response(fake.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length", "0"))
+                body = json.loads(self.rfile.read(length))
+                fake.requests.append(
+                    ("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                )
+                self._answer({**body, "status": {"allowed": fake.allowed}})
+
+            def do_GET(self) -> None:  # noqa: N802
+                fake.requests.append(("GET", self.path, dict(self.headers), None))
+                self._answer({"metadata": {"name": "dev", "labels": {"team": "a"}}})
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                return
+
+        self.server = _Server(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+@pytest.fixture
+def apiserver() -> Iterator[FakeApiserver]:
+    fake = FakeApiserver()
+    yield fake
+    fake.server.shutdown()
+    fake.server.server_close()
+
+
+def kubeconfig(tmp_path: Path, url: str) -> str:
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "t",
+                "clusters": [{"name": "t", "cluster": {"server": url}}],
+                "users": [{"name": "t", "user": {"token": "s3cret"}}],
+                "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
+            }
+        )
+    )
+    return str(path)
+
+
+def test_subject_access_review_request(apiserver: FakeApiserver, tmp_path: Path) -> None:
+    api = KubernetesClusterAPI(kubeconfig(tmp_path, apiserver.url))
+    check = service_account_check("dev", "app", "full")
+    assert api.access_allowed(check, timeout=2) is True
+    method, path, headers, body = apiserver.requests[0]
+    assert (method, path) == ("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews")
+    assert headers["authorization"] == "Bearer s3cret"
+    assert body["kind"] == "SubjectAccessReview"
+    assert body["spec"]["user"] == "system:serviceaccount:dev:app"
+    assert body["spec"]["resourceAttributes"] == {
+        "namespace": "dev",
+        "verb": "use",
+        "group": "sidecar-debug.io",
+        "resource": "debugprofiles",
+        "name": "full",
+    }
+    apiserver.allowed = False
+    assert api.access_allowed(check, timeout=2) is False
+
+
+def test_namespace_labels(apiserver: FakeApiserver, tmp_path: Path) -> None:
+    api = KubernetesClusterAPI(kubeconfig(tmp_path, apiserver.url))
+    assert api.namespace_labels("dev", timeout=2) == {"team": "a"}
+    assert apiserver.requests[0][:2] == ("GET", "/api/v1/namespaces/dev")
+
+
+def test_timeout_is_an_error_not_a_grant(apiserver: FakeApiserver, tmp_path: Path) -> None:
+    api = KubernetesClusterAPI(kubeconfig(tmp_path, apiserver.url))
+    apiserver.delay = 1.5
+    started = time.monotonic()
+    with pytest.raises(ClusterAPIError):
+        api.access_allowed(service_account_check("dev", "app", "full"), timeout=0.3)
+    assert time.monotonic() - started < 1.4
+
+
+def test_http_error_is_an_error(apiserver: FakeApiserver, tmp_path: Path) -> None:
+    api = KubernetesClusterAPI(kubeconfig(tmp_path, apiserver.url))
+    apiserver.status = 403
+    with pytest.raises(ClusterAPIError, match="HTTP 403"):
+        api.access_allowed(service_account_check("dev", "app", "full"), timeout=2)
+
+
+def test_no_configuration_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ClusterAPIError, match="no usable Kubernetes configuration"):
+        KubernetesClusterAPI(str(tmp_path / "missing")).namespace_labels("dev", timeout=1)

@@ -1,0 +1,226 @@
+"""`review(body) -> AdmissionReview`: the whole admission decision for one request.
+
+Order: validate the envelope -> decide (pure) -> policy gate -> inject into a copy -> diff.
+Whatever goes wrong, the answer is an AdmissionReview: malformed envelopes are admitted
+unchanged with a message, unknown profiles and policy denials are refused with a reason, and an
+unexpected error admits the pod without a sidecar (failing open for pod creation, never
+granting privilege) and is logged with its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook import constants, metrics
+from webhook.admission import review as admission
+from webhook.admission.review import Request, Review
+from webhook.config import Settings
+from webhook.inject.decision import decide
+from webhook.inject.patch import create_patch
+from webhook.inject.sidecar import InjectionPlan, inject_pod
+from webhook.logs import REVIEW_LOGGER, log_fields
+from webhook.policy.api import AllowAll, PolicyEngine, PolicyRequest
+
+log = logging.getLogger(REVIEW_LOGGER)
+HANDLED_API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+
+
+@dataclass
+class Outcome:
+    """Everything one review decided, for the response, the log line and the metrics."""
+
+    decision: str  # injected | skipped | denied | ignored | error
+    reason: str
+    message: str
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    profile: str = ""
+    grant: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+
+def _ignored(reason: str, message: str) -> Outcome:
+    return Outcome("ignored", reason, message)
+
+
+def _pod_name(pod: dict[str, Any]) -> str:
+    metadata = pod.get("metadata") or {}
+    return str(metadata.get("name") or (metadata.get("generateName") or "") + "*")
+
+
+def _service_account(pod: dict[str, Any]) -> str:
+    spec = pod.get("spec") or {}
+    return str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default")
+
+
+class Mutator:
+    def __init__(self, settings: Settings, policy: PolicyEngine | None = None) -> None:
+        self.settings = settings
+        self.policy: PolicyEngine = policy if policy is not None else AllowAll()
+
+    def review(self, body: Any) -> Review:
+        started = time.perf_counter()
+        request: Request | None = None
+        api_version = admission.API_VERSION
+        namespace = pod_name = ""
+        try:
+            if not isinstance(body, dict) or body.get("kind") != admission.KIND:
+                outcome = _ignored(
+                    "not-admission-review", "body is not an AdmissionReview (kind: AdmissionReview)"
+                )
+            elif body.get("apiVersion") not in HANDLED_API_VERSIONS:
+                outcome = _ignored(
+                    "unsupported-api-version",
+                    f"apiVersion {body.get('apiVersion')!r} is not handled; "
+                    f"send {admission.API_VERSION}",
+                )
+            elif not isinstance(body.get("request"), dict):
+                outcome = _ignored("no-request", "AdmissionReview has no request")
+            else:
+                api_version = body["apiVersion"]
+                request = body["request"]
+                pod = request.get("object")
+                namespace = str(request.get("namespace") or "")
+                if isinstance(pod, dict):
+                    namespace = namespace or str((pod.get("metadata") or {}).get("namespace") or "")
+                    pod_name = _pod_name(pod)
+                outcome = self._review_request(request)
+        except Exception:  # noqa: BLE001 - a bug must never block pod creation or leak a 500
+            log.exception("internal error while reviewing; pod admitted without the sidecar")
+            outcome = Outcome(
+                "error",
+                "internal-error",
+                "sidecar-debug hit an internal error; the pod was admitted without "
+                "the debug sidecar (see the webhook's log)",
+            )
+        elapsed = time.perf_counter() - started
+        metrics.REVIEWS.labels(outcome.decision, outcome.reason).inc()
+        metrics.LATENCY.observe(elapsed)
+        uid = str((request or {}).get("uid", "")) if isinstance(request, dict) else ""
+        log_fields(
+            log,
+            logging.WARNING if outcome.decision in ("error", "denied") else logging.INFO,
+            outcome.message,
+            uid=uid,
+            namespace=namespace,
+            pod=pod_name,
+            decision=outcome.decision,
+            reason=outcome.reason,
+            profile=outcome.profile,
+            grant=outcome.grant,
+            latency_ms=round(elapsed * 1000, 3),
+        )
+        audit = {constants.AUDIT_DECISION: outcome.decision, constants.AUDIT_REASON: outcome.reason}
+        if outcome.profile:
+            audit[constants.AUDIT_PROFILE] = outcome.profile
+        if outcome.grant:
+            audit[constants.AUDIT_GRANT] = outcome.grant
+        denied = outcome.decision == "denied"
+        return admission.build_response(
+            request if isinstance(request, dict) else _echo_uid(body),
+            allowed=not denied,
+            patch=outcome.patch,
+            message=outcome.message if outcome.decision != "injected" else None,
+            code=(403 if outcome.reason != "unknown-profile" else 400) if denied else None,
+            warnings=outcome.warnings,
+            audit=audit if request is not None else None,
+            api_version=api_version,
+        )
+
+    def _review_request(self, request: Request) -> Outcome:
+        kind = request.get("kind") or {}
+        resource = request.get("resource") or {}
+        if (
+            kind.get("kind") != "Pod"
+            or kind.get("group", "") != ""
+            or resource.get("resource") not in (None, "pods")
+        ):
+            return _ignored(
+                "not-a-pod", f"{kind.get('kind', 'object')} is not a Pod; nothing to do"
+            )
+        if request.get("subResource"):
+            return _ignored("subresource", f"subresource {request['subResource']!r} is not handled")
+        if request.get("operation") != "CREATE":
+            return _ignored(
+                "operation",
+                f"operation {request.get('operation')!r} is not handled; "
+                "sidecars are injected at CREATE only",
+            )
+        pod = request.get("object")
+        if not isinstance(pod, dict) or not isinstance(pod.get("spec"), dict):
+            return _ignored("no-object", "request carries no Pod object with a spec")
+        namespace = str(
+            request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or ""
+        )
+        decision = decide(pod, namespace, self.settings)
+        if decision.refuse:
+            return Outcome("denied", decision.reason, decision.message)
+        if not decision.inject or decision.profile is None:
+            return Outcome("skipped", decision.reason, decision.message)
+        result = self.policy.evaluate(
+            PolicyRequest(
+                namespace=namespace,
+                service_account=_service_account(pod),
+                user=request.get("userInfo") or {},
+                requested_profile=decision.profile,
+                requested_image=(pod.get("metadata") or {})
+                .get("annotations", {})
+                .get(constants.ANNOTATION_TOOLSET_IMAGE),
+                dry_run=bool(request.get("dryRun")),
+            )
+        )
+        warnings = list(decision.warnings) + list(result.warnings)
+        if not result.allowed:
+            return Outcome(
+                "denied",
+                result.reason,
+                result.message,
+                profile=decision.profile.name,
+                warnings=warnings,
+            )
+        if result.profile is None:
+            return Outcome("skipped", result.reason, result.message, warnings=warnings)
+        profile = self.settings.profiles.get(result.profile)
+        if profile is None:
+            # A policy naming a profile this webhook does not have is a configuration bug:
+            # never guess a substitute, admit the pod as it is.
+            return Outcome(
+                "error",
+                "policy-unknown-profile",
+                f"policy chose unknown profile {result.profile!r}; pod admitted "
+                "without the debug sidecar",
+                warnings=warnings,
+            )
+        plan = InjectionPlan(
+            profile=profile,
+            runtime=decision.runtime,
+            image=result.image,
+            requested_profile=decision.profile.name,
+            grant=result.grant,
+            reason=result.reason,
+            extra_annotations=dict(result.annotations),
+        )
+        mutated, notes = inject_pod(pod, plan, self.settings)
+        warnings += notes.warnings
+        if profile.name != decision.profile.name:
+            warnings.append(f"sidecar-debug: {result.message}")
+        return Outcome(
+            "injected",
+            result.reason,
+            result.message,
+            patch=create_patch(pod, mutated),
+            profile=profile.name,
+            grant=result.grant,
+            warnings=warnings,
+        )
+
+
+def _echo_uid(body: Any) -> Request | None:
+    """Best effort: echo a uid even from a malformed envelope, so the apiserver can match it."""
+    if isinstance(body, dict) and isinstance(body.get("request"), dict):
+        uid = body["request"].get("uid")
+        if isinstance(uid, str):
+            return {"uid": uid}
+    return None

@@ -1,0 +1,118 @@
+"""The AdmissionReview wire format (admission.k8s.io/v1) as TypedDicts, and response builders.
+
+Modelled on kopf's `structs/reviews.py` and `engines/admission.py`: echo apiVersion, kind and
+uid; attach a patch only when it is non-empty; errors travel as status{code, message}.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any, Literal, NotRequired, TypedDict
+
+from webhook import jsonio
+
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+
+Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+
+
+class UserInfo(TypedDict, total=False):
+    username: str
+    uid: str
+    groups: list[str]
+    extra: dict[str, list[str]]
+
+
+class GroupVersionKind(TypedDict, total=False):
+    group: str
+    version: str
+    kind: str
+
+
+class GroupVersionResource(TypedDict, total=False):
+    group: str
+    version: str
+    resource: str
+
+
+class Request(TypedDict, total=False):
+    uid: str
+    kind: GroupVersionKind
+    resource: GroupVersionResource
+    subResource: str
+    requestKind: GroupVersionKind
+    requestResource: GroupVersionResource
+    name: str
+    namespace: str
+    operation: Operation
+    userInfo: UserInfo
+    object: dict[str, Any]
+    oldObject: dict[str, Any] | None
+    dryRun: bool
+    options: dict[str, Any]
+
+
+class Status(TypedDict, total=False):
+    code: int
+    message: str
+    reason: str
+
+
+class Response(TypedDict):
+    uid: str
+    allowed: bool
+    warnings: NotRequired[list[str]]
+    status: NotRequired[Status]
+    patch: NotRequired[str]
+    patchType: NotRequired[Literal["JSONPatch"]]
+    auditAnnotations: NotRequired[dict[str, str]]
+
+
+class Review(TypedDict):
+    apiVersion: str
+    kind: str
+    request: NotRequired[Request]
+    response: NotRequired[Response]
+
+
+def build_response(
+    request: Request | None,
+    *,
+    allowed: bool = True,
+    patch: list[dict[str, Any]] | None = None,
+    message: str | None = None,
+    code: int | None = None,
+    warnings: list[str] | None = None,
+    audit: dict[str, str] | None = None,
+    api_version: str = API_VERSION,
+) -> Review:
+    """An AdmissionReview answering `request`; the patch is attached only when non-empty."""
+    uid = str((request or {}).get("uid", ""))
+    response: Response = {"uid": uid, "allowed": allowed}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(jsonio.dumps(patch)).decode()
+    if message is not None or code is not None:
+        status: Status = {}
+        if code is not None:
+            status["code"] = code
+        if message is not None:
+            status["message"] = message
+        response["status"] = status
+    if warnings:
+        response["warnings"] = warnings
+    if audit:
+        response["auditAnnotations"] = audit
+    return {"apiVersion": api_version, "kind": KIND, "response": response}
+
+
+def decode_patch(review: Review) -> list[dict[str, Any]]:
+    """The JSONPatch inside a response (tests and `inject` use it); [] when there is none."""
+    response: dict[str, Any] = dict(review.get("response") or {})
+    encoded = response.get("patch")
+    if not encoded:
+        return []
+    result: list[dict[str, Any]] = json.loads(base64.b64decode(encoded))
+    return result

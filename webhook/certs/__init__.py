@@ -1,0 +1,1 @@
+"""Serving certificates: generation and inspection, rotation, TLS contexts that reload."""

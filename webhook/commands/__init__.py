@@ -1,0 +1,1 @@
+"""The `sidecar-debug` command line: argparse only, calling into the packages."""

@@ -1,0 +1,50 @@
+"""`sidecar-debug`: serve, inject, certs, policy and the session commands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from webhook import __version__
+from webhook.commands import certs as certs_cli
+from webhook.commands import policy as policy_cli
+from webhook.commands import sessions as session_cli
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sidecar-debug",
+        description="Inject a debugging toolset sidecar into Kubernetes pods, and use it.",
+    )
+    parser.add_argument("--version", action="version", version=f"sidecar-debug {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    from webhook.commands import inject as inject_cli
+    from webhook.commands import serve as serve_cli
+
+    for module in (serve_cli, inject_cli, certs_cli, policy_cli, session_cli):
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        result: int = args.func(args)
+    except BrokenPipeError:
+        # `sidecar-debug inject ... | head`: the reader left; not an error worth a traceback.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except KeyboardInterrupt:
+        return 130
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

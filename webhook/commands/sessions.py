@@ -1,0 +1,166 @@
+"""Session subcommands: flamegraph, trace, doctor, attach (the logic is in webhook.sessions)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from webhook.sessions import session as sessions
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add this module's subcommands; each sets `func(args) -> int` as its default."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("pod", metavar="POD", help="the pod to debug")
+    common.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
+    common.add_argument("--kubeconfig",
+                        help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+    common.add_argument("--context", help="kubeconfig context")
+    common.add_argument("-c", "--container",
+                        help="toolset container (default: the injected sidecar, else the newest "
+                        "container added by `attach`)")
+    common.add_argument("--sidecar-name", default="debug-toolset",
+                        help="name of the injected sidecar (default debug-toolset)")
+
+    target = argparse.ArgumentParser(add_help=False)
+    group = target.add_mutually_exclusive_group()
+    group.add_argument("--pid", type=int,
+                       help="process in the pod (default: the app's main process)")
+    group.add_argument("--name", metavar="PATTERN", help="regex on the process command line")
+
+    flame = subparsers.add_parser(
+        "flamegraph", parents=[common, target],
+        help="profile a pod's app with perf and bring back an interactive flame graph",
+        description="Record the app with perf from the pod's toolset container, render the "
+        "flame graph there, and copy flamegraph.html (and the folded stacks) back.")
+    flame.add_argument("--seconds", type=float, default=10.0, help="recording time (default 10)")
+    flame.add_argument("--frequency", type=int, default=99, metavar="HZ",
+                       help="samples per second (default 99)")
+    flame.add_argument("-o", "--output", type=Path,
+                       help="HTML file to write (default flamegraph-POD.html; the folded stacks "
+                       "go next to it as .folded)")
+    flame.add_argument("--keep-remote", action="store_true",
+                       help="keep the recording in the pod's /tmp/sidecar-debug")
+    flame.set_defaults(func=_flamegraph)
+
+    tracer = subparsers.add_parser(
+        "trace", parents=[common, target],
+        help="record LTTng user-space events (or, with --function, uprobe a function)",
+        description="Without --function: record the app's LTTng user-space and logging events "
+        "and bring back the text and the CTF trace. With --function/--offset: trace calls of "
+        "a function with uprobes (bpftrace), printing arguments and return values live.")
+    tracer.add_argument("--seconds", type=float, default=10.0, help="how long (default 10)")
+    tracer.add_argument("--events", default="*", metavar="PATTERN",
+                        help="LTTng event/logger pattern (default '*')")
+    tracer.add_argument("--domain", action="append", default=[],
+                        choices=["ust", "python", "jul", "log4j"], help="LTTng domain(s)")
+    tracer.add_argument("-o", "--output", type=Path,
+                        help="directory for trace.txt and the CTF trace (default trace-POD)")
+    where = tracer.add_mutually_exclusive_group()
+    where.add_argument("--function", metavar="SYMBOL", help="uprobe this function instead")
+    where.add_argument("--offset", metavar="ADDR", help="uprobe this address instead")
+    tracer.add_argument("--binary", help="binary/library path as the app sees it (uprobes)")
+    tracer.add_argument("--args", metavar="SPEC", help="argument types, e.g. int,str (uprobes)")
+    tracer.add_argument("--ret", action="store_true", help="capture return values (uprobes)")
+    tracer.add_argument("--bcc", action="store_true", help="use BCC instead of bpftrace (uprobes)")
+    tracer.add_argument("--keep-remote", action="store_true",
+                        help="keep the trace in the pod's /tmp/sidecar-debug")
+    tracer.set_defaults(func=_trace)
+
+    doc = subparsers.add_parser(
+        "doctor", parents=[common],
+        help="say which debugging techniques work in a pod, and why the others do not")
+    doc.add_argument("--json", action="store_true", help="machine-readable output")
+    doc.add_argument("--expect", metavar="LIST", help="techniques that must work (exit 1 if not)")
+    doc.set_defaults(func=_doctor)
+
+    att = subparsers.add_parser(
+        "attach", parents=[common],
+        help="add the toolset to a running pod as an ephemeral container",
+        description="For pods created before they opted in: adds the toolset image as an "
+        "ephemeral container that targets the app container (its PID namespace), without a "
+        "restart. perf reaches the app's JIT perf map through /proc/PID/root. Then use "
+        "`sidecar-debug flamegraph POD` (it finds the attached container).")
+    att.add_argument("--image", default=None,
+                     help="toolset image (default: the toolsetImage setting)")
+    att.add_argument("--target", help="app container to target (default: the first one)")
+    att.add_argument("--profile",
+                     help="apply this profile's securityContext (Kubernetes >= 1.23 only)")
+    att.add_argument("--config", help="settings file (for the default image and profiles)")
+    att.add_argument("--wait", type=float, default=120, help="seconds to wait for it to run")
+    att.set_defaults(func=_attach)
+
+
+def _session(args: argparse.Namespace) -> sessions.Session:
+    api_client = sessions.api_client_from(args.kubeconfig, args.context)
+    namespace = args.namespace or sessions.current_namespace(args.kubeconfig, args.context)
+    return sessions.Session(api_client=api_client, pod=args.pod, namespace=namespace,
+                            container=args.container, sidecar_name=args.sidecar_name)
+
+
+def _run(args: argparse.Namespace, body: Any) -> int:
+    try:
+        result: int = body(_session(args))
+        return result
+    except sessions.SessionError as error:
+        print(f"sidecar-debug {args.command}: {error}", file=sys.stderr)
+        return error.code
+    except KeyboardInterrupt:
+        return 130
+
+
+def _flamegraph(args: argparse.Namespace) -> int:
+    return _run(args, lambda session: sessions.flamegraph(
+        session, seconds=args.seconds, frequency=args.frequency, pid=args.pid, name=args.name,
+        output=args.output, keep_remote=args.keep_remote))
+
+
+def _trace(args: argparse.Namespace) -> int:
+    if args.function or args.offset:
+        arguments = ["--function", args.function] if args.function else ["--offset", args.offset]
+        arguments += ["--seconds", f"{args.seconds:g}"]
+        if args.pid is not None:
+            arguments += ["--pid", str(args.pid)]
+        if args.name:
+            arguments += ["--name", args.name]
+        if args.binary:
+            arguments += ["--binary", args.binary]
+        if args.args:
+            arguments += ["--args", args.args]
+        if args.ret:
+            arguments.append("--ret")
+        if args.bcc:
+            arguments.append("--bcc")
+        return _run(args, lambda session: sessions.uprobe(session, arguments, args.seconds))
+    return _run(args, lambda session: sessions.trace(
+        session, seconds=args.seconds, events=args.events, domains=args.domain,
+        output=args.output, keep_remote=args.keep_remote))
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    return _run(args, lambda session: sessions.doctor(session, as_json=args.json,
+                                                      expect=args.expect))
+
+
+def _attach(args: argparse.Namespace) -> int:
+    from webhook.config import SettingsError, load_settings
+
+    try:
+        settings = load_settings(args.config)
+    except SettingsError as error:
+        print(f"sidecar-debug attach: {error}", file=sys.stderr)
+        return sessions.EXIT_USAGE
+    security_context = None
+    if args.profile:
+        profile = settings.profiles.get(args.profile)
+        if profile is None:
+            print(f"sidecar-debug attach: unknown profile {args.profile!r} (known: "
+                  f"{', '.join(sorted(settings.profiles))})", file=sys.stderr)
+            return sessions.EXIT_USAGE
+        security_context = dict(profile.security_context)
+    image = args.image or settings.toolset_image
+    return _run(args, lambda session: sessions.attach(
+        session, image=image, target=args.target, pull_policy=settings.image_pull_policy,
+        security_context=security_context, wait_seconds=args.wait))

@@ -1,0 +1,115 @@
+"""Should this pod get a sidecar, and which profile? A pure function that always says why.
+
+Modelled on Istio's `injectRequired` and vault-k8s's `ShouldInject`: no I/O, no mutation, a
+reason code for metrics and audit plus a message a person can act on. Namespace opt-in is
+decided by the webhook configuration's selectors; this function applies what the pod says.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from webhook import constants
+from webhook.config import Profile, Settings
+
+_FALSE_WORDS = frozenset({"false", "no", "off", "0", "disabled"})
+
+
+@dataclass(frozen=True)
+class Decision:
+    inject: bool
+    reason: str  # machine-readable: "inject", "excluded-namespace", "opt-out-label", ...
+    message: str  # for the person who created the pod
+    profile: Profile | None = None
+    runtime: str | None = None
+    refuse: bool = False  # reject the pod (a mistake the user must fix, e.g. an unknown profile)
+    warnings: tuple[str, ...] = ()
+
+
+def pod_annotations(pod: dict[str, Any]) -> dict[str, str]:
+    return (pod.get("metadata") or {}).get("annotations") or {}
+
+
+def pod_labels(pod: dict[str, Any]) -> dict[str, str]:
+    return (pod.get("metadata") or {}).get("labels") or {}
+
+
+def is_injected(pod: dict[str, Any], settings: Settings) -> bool:
+    """True when our status annotation is present and its sidecar is still in the pod."""
+    status = pod_annotations(pod).get(constants.ANNOTATION_STATUS)
+    if status is None:
+        return False
+    try:
+        container = json.loads(status).get("container", settings.sidecar_name)
+    except (ValueError, AttributeError):
+        container = settings.sidecar_name
+    spec = pod.get("spec") or {}
+    names = {
+        c.get("name") for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
+    }
+    return container in names
+
+
+def decide(
+    pod: dict[str, Any],
+    namespace: str,
+    settings: Settings,
+    *,
+    profile_override: str | None = None,
+    runtime_override: str | None = None,
+) -> Decision:
+    labels = pod_labels(pod)
+    annotations = pod_annotations(pod)
+    if settings.namespace_excluded(namespace):
+        return Decision(
+            False, "excluded-namespace", f"namespace {namespace!r} is excluded from debug injection"
+        )
+    if labels.get(settings.label_key) == settings.label_disabled:
+        return Decision(
+            False,
+            "opt-out-label",
+            f"pod opted out with label {settings.label_key}={settings.label_disabled}",
+        )
+    if str(annotations.get(constants.ANNOTATION_INJECT, "")).strip().lower() in _FALSE_WORDS:
+        return Decision(
+            False,
+            "opt-out-annotation",
+            f"pod opted out with annotation {constants.ANNOTATION_INJECT}",
+        )
+    if is_injected(pod, settings):
+        return Decision(False, "already-injected", "pod already has the debug sidecar")
+    profile_name = (
+        profile_override
+        or annotations.get(constants.ANNOTATION_PROFILE)
+        or settings.default_profile
+    ).strip()
+    profile = settings.profiles.get(profile_name)
+    if profile is None:
+        known = ", ".join(sorted(settings.profiles))
+        return Decision(
+            False,
+            "unknown-profile",
+            f"unknown debug profile {profile_name!r} in annotation {constants.ANNOTATION_PROFILE};"
+            f" known profiles: {known}. Fix the annotation, or remove it to get the default"
+            f" profile {settings.default_profile!r}.",
+            refuse=True,
+        )
+    warnings: list[str] = []
+    runtime = (runtime_override or annotations.get(constants.ANNOTATION_RUNTIME) or "").strip()
+    if runtime and runtime not in settings.profile_set.runtimes:
+        known = ", ".join(sorted(settings.profile_set.runtimes))
+        warnings.append(
+            f"sidecar-debug: unknown runtime {runtime!r} in annotation "
+            f"{constants.ANNOTATION_RUNTIME} (known: {known}); no environment hints added"
+        )
+        runtime = ""
+    return Decision(
+        True,
+        "inject",
+        f"inject profile {profile.name!r}",
+        profile=profile,
+        runtime=runtime or None,
+        warnings=tuple(warnings),
+    )

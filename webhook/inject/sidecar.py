@@ -1,0 +1,265 @@
+"""Build the debug sidecar and apply it to a pod: pure functions on plain dicts.
+
+`inject_pod` returns a mutated copy (sharing what it did not change); the caller diffs it
+against the original (webhook.inject.patch), so no JSON-pointer indices are ever computed by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook import __version__, constants, jsonio
+from webhook.config import EnvHint, Profile, Settings
+
+DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
+
+
+@dataclass(frozen=True)
+class InjectionPlan:
+    """What to inject; decided before (webhook.inject.decision + policy), applied here."""
+
+    profile: Profile
+    runtime: str | None = None
+    image: str | None = None  # None: the configured toolset image
+    requested_profile: str | None = None
+    grant: str = "none"
+    reason: str = "inject"
+    extra_annotations: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class InjectionNotes:
+    """What `inject_pod` had to adapt, for warnings and the status annotation."""
+
+    warnings: list[str] = field(default_factory=list)
+    reused_volumes: dict[str, str] = field(default_factory=dict)  # mountPath -> existing volume
+
+
+def _plain_copy(value: Any) -> Any:
+    """A deep copy of JSON-like data: the sidecar must not share objects with the settings, which
+    live as long as the process (copy.deepcopy does the same at several times the cost)."""
+    if isinstance(value, Mapping):
+        return {key: _plain_copy(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain_copy(item) for item in value]
+    return value
+
+
+def _copy_container(container: Any) -> Any:
+    if not isinstance(container, dict):
+        return container
+    copied = dict(container)
+    if isinstance(copied.get("volumeMounts"), list):
+        copied["volumeMounts"] = list(copied["volumeMounts"])
+    if isinstance(copied.get("env"), list):
+        copied["env"] = [dict(item) if isinstance(item, dict) else item for item in copied["env"]]
+    return copied
+
+
+def writable_copy(pod: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `pod` in which exactly what `inject_pod` writes is new: the pod, its metadata and
+    annotations, the spec, the container and volume lists, and in each container its dict, its
+    volumeMounts list and its env entries. Everything else is shared with the original, which
+    is never written to, so the diff skips those parts by identity. A whole-pod deep copy was
+    the largest cost of a large pod's review (docs/performance.md)."""
+    mutated = dict(pod)
+    metadata = mutated.get("metadata")
+    if isinstance(metadata, dict):
+        metadata = mutated["metadata"] = dict(metadata)
+        if isinstance(metadata.get("annotations"), dict):
+            metadata["annotations"] = dict(metadata["annotations"])
+    spec = mutated.get("spec")
+    if isinstance(spec, dict):
+        spec = mutated["spec"] = dict(spec)
+        for key in ("containers", "initContainers"):
+            if isinstance(spec.get(key), list):
+                spec[key] = [_copy_container(c) for c in spec[key]]
+        if isinstance(spec.get("volumes"), list):
+            spec["volumes"] = list(spec["volumes"])
+    return mutated
+
+
+def _norm(path: str) -> str:
+    return path.rstrip("/") or "/"
+
+
+def _unique_name(base: str, taken: set[str]) -> str:
+    if base not in taken:
+        return base
+    n = 2
+    while f"{base}-{n}" in taken:
+        n += 1
+    return f"{base}-{n}"
+
+
+def app_containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Containers that run beside the app: regular ones and native sidecars (restartable init)."""
+    natives = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    return natives + list(spec.get("containers") or [])
+
+
+def _apply_env_hints(container: dict[str, Any], hints: list[EnvHint]) -> None:
+    env: list[dict[str, Any]] = container.setdefault("env", [])
+    by_name = {item.get("name"): item for item in env}
+    for hint in hints:
+        existing = by_name.get(hint.name)
+        if hint.value is not None:
+            if existing is None:
+                entry = {"name": hint.name, "value": hint.value}
+                env.append(entry)
+                by_name[hint.name] = entry
+        elif hint.append is not None:
+            if existing is None:
+                entry = {"name": hint.name, "value": hint.append}
+                env.append(entry)
+                by_name[hint.name] = entry
+            elif "valueFrom" not in existing:
+                current = str(existing.get("value", ""))
+                if hint.append not in current:
+                    existing["value"] = f"{current} {hint.append}".strip()
+    if not env:
+        del container["env"]
+
+
+def build_sidecar(
+    plan: InjectionPlan, settings: Settings, name: str, mounts: list[dict[str, Any]]
+) -> dict[str, Any]:
+    profile = plan.profile
+    env = [{"name": k, "value": v} for k, v in profile.env]
+    env += [
+        {"name": "SIDECAR_DEBUG_PROFILE", "value": profile.name},
+        {"name": "SIDECAR_DEBUG_TECHNIQUES", "value": ",".join(sorted(profile.techniques))},
+    ]
+    container: dict[str, Any] = {
+        "name": name,
+        "image": plan.image or settings.toolset_image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": list(settings.sidecar_command),
+        "env": env,
+        "resources": _plain_copy(settings.sidecar_resources),
+        "securityContext": _plain_copy(profile.security_context),
+        "volumeMounts": mounts,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    ready = {"exec": {"command": list(settings.sidecar_ready_command)}}
+    if settings.native_sidecar:
+        # A restartable init container: the kubelet starts the app only after its startupProbe.
+        container["restartPolicy"] = "Always"
+        container["startupProbe"] = {**ready, "periodSeconds": 1, "failureThreshold": 60}
+    elif "lttng" in profile.techniques:
+        # Apps register with LTTng only if the session daemon runs when they start: as the first
+        # container with a blocking postStart, the sidecar is ready before the app is started.
+        container["lifecycle"] = {"postStart": ready}
+    return container
+
+
+def inject_pod(
+    pod: dict[str, Any], plan: InjectionPlan, settings: Settings
+) -> tuple[dict[str, Any], InjectionNotes]:
+    """A copy of `pod` with the sidecar, shared volumes, hints and status applied; `pod` itself
+    is left as it was (the copy shares its unchanged parts: see writable_copy)."""
+    mutated = writable_copy(pod)
+    notes = InjectionNotes()
+    metadata = mutated.setdefault("metadata", {})
+    spec = mutated.setdefault("spec", {})
+    profile = plan.profile
+    apps = app_containers(spec)
+    volumes: list[dict[str, Any]] = spec.setdefault("volumes", [])
+    volume_names: set[str] = {str(v["name"]) for v in volumes if isinstance(v.get("name"), str)}
+    sidecar_mounts: list[dict[str, Any]] = []
+
+    for shared in profile.shared_volumes:
+        # Reuse a volume an app container already mounts at this path: perf maps and LTTng
+        # sockets only help if both sides see the very same directory.
+        existing = next(
+            (
+                m.get("name")
+                for c in apps
+                for m in c.get("volumeMounts") or []
+                if _norm(str(m.get("mountPath", ""))) == shared.mount_path and not m.get("subPath")
+            ),
+            None,
+        )
+        if existing is not None:
+            volume_name = str(existing)
+            notes.reused_volumes[shared.mount_path] = volume_name
+        else:
+            volume_name = _unique_name(shared.name, volume_names)
+            volume_names.add(volume_name)
+            volumes.append({"name": volume_name, "emptyDir": {}})
+        sidecar_mounts.append({"name": volume_name, "mountPath": shared.mount_path})
+        for container in apps:
+            mounts = container.setdefault("volumeMounts", [])
+            at_path = [m for m in mounts if _norm(str(m.get("mountPath", ""))) == shared.mount_path]
+            if not at_path:
+                mounts.append({"name": volume_name, "mountPath": shared.mount_path})
+            elif at_path[0].get("name") != volume_name:
+                notes.warnings.append(
+                    f"sidecar-debug: container {container.get('name')!r} mounts another volume at "
+                    f"{shared.mount_path}; the sidecar cannot see it there"
+                )
+
+    for host in profile.host_paths:
+        volume_name = _unique_name(host.name, volume_names)
+        volume_names.add(volume_name)
+        volumes.append({"name": volume_name, "hostPath": {"path": host.path, "type": host.type}})
+        sidecar_mounts.append({"name": volume_name, "mountPath": host.path, "readOnly": True})
+
+    if not volumes:
+        del spec["volumes"]
+
+    if plan.runtime:
+        hints = [
+            h
+            for h in settings.profile_set.runtimes.get(plan.runtime, ())
+            if h.technique in profile.techniques
+        ]
+        for container in apps:
+            _apply_env_hints(container, hints)
+
+    if profile.share_process_namespace:
+        if spec.get("hostPID"):
+            # The API rejects hostPID together with shareProcessNamespace; the host PID
+            # namespace already holds the app's processes.
+            pass
+        else:
+            if spec.get("shareProcessNamespace") is False:
+                notes.warnings.append(
+                    f"sidecar-debug: shareProcessNamespace was false; set to true because profile "
+                    f"{profile.name!r} needs to see the app's processes (opt out with annotation "
+                    f'{constants.ANNOTATION_INJECT}: "false")'
+                )
+            spec["shareProcessNamespace"] = True
+
+    taken = {
+        c.get("name") for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
+    }
+    name = _unique_name(settings.sidecar_name, {n for n in taken if isinstance(n, str)})
+    sidecar = build_sidecar(plan, settings, name, sidecar_mounts)
+    annotations: dict[str, str] = metadata.setdefault("annotations", {})
+    containers = spec.setdefault("containers", [])
+    if settings.native_sidecar:
+        spec.setdefault("initContainers", []).insert(0, sidecar)
+    else:
+        # First, so that the kubelet starts it (and waits for its postStart) before the app.
+        if containers and DEFAULT_CONTAINER_ANNOTATION not in annotations:
+            # Keep `kubectl logs/exec` pointed at the app, not at the sidecar now in front.
+            annotations[DEFAULT_CONTAINER_ANNOTATION] = str(containers[0].get("name", ""))
+        containers.insert(0, sidecar)
+
+    status = {
+        "version": __version__,
+        "profile": profile.name,
+        "requestedProfile": plan.requested_profile or profile.name,
+        "grant": plan.grant,
+        "reason": plan.reason,
+        "container": name,
+        "image": sidecar["image"],
+        "runtime": plan.runtime or "",
+        "volumes": [m["name"] for m in sidecar_mounts],
+    }
+    annotations.update(plan.extra_annotations)
+    annotations[constants.ANNOTATION_STATUS] = jsonio.dumps(status, sort_keys=True).decode()
+    return mutated, notes

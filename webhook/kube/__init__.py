@@ -1,0 +1,1 @@
+"""Every call to the Kubernetes API goes through here: configuration, access reviews, secrets."""

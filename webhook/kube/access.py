@@ -1,0 +1,200 @@
+"""The two Kubernetes API calls the policy gate makes, behind a small injectable protocol.
+
+Unit tests pass a fake; the webhook and `policy explain` use KubernetesClusterAPI, which talks
+to the real apiserver with plain dicts (no client-model conversion) and a hard timeout per call.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from webhook import constants
+
+
+class ClusterAPIError(RuntimeError):
+    """An API call failed or timed out; the gate treats this as "no" for privilege."""
+
+
+@dataclass(frozen=True)
+class AccessCheck:
+    """One SubjectAccessReview: may `user` (with `groups`) `use` debugprofiles/`resource_name`?"""
+
+    user: str
+    groups: tuple[str, ...]
+    namespace: str
+    resource_name: str
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    uid: str = ""
+
+    def body(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "user": self.user,
+            "groups": list(self.groups),
+            "resourceAttributes": {
+                "namespace": self.namespace,
+                "verb": constants.RBAC_VERB,
+                "group": constants.RBAC_GROUP,
+                "resource": constants.RBAC_RESOURCE,
+                "name": self.resource_name,
+            },
+        }
+        if self.extra:
+            spec["extra"] = {key: list(values) for key, values in self.extra}
+        if self.uid:
+            spec["uid"] = self.uid
+        return {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": spec,
+        }
+
+
+def service_account_check(namespace: str, service_account: str, resource_name: str) -> AccessCheck:
+    """The identity a pod's service account has when the apiserver authenticates its token."""
+    return AccessCheck(
+        user=f"system:serviceaccount:{namespace}:{service_account}",
+        groups=(
+            "system:serviceaccounts",
+            f"system:serviceaccounts:{namespace}",
+            "system:authenticated",
+        ),
+        namespace=namespace,
+        resource_name=resource_name,
+    )
+
+
+def user_check(user: Mapping[str, Any], namespace: str, resource_name: str) -> AccessCheck:
+    """The requesting user exactly as the AdmissionReview's userInfo names them."""
+    extra = user.get("extra") or {}
+    return AccessCheck(
+        user=str(user.get("username", "")),
+        groups=tuple(str(g) for g in user.get("groups") or ()),
+        namespace=namespace,
+        resource_name=resource_name,
+        extra=tuple(sorted((str(k), tuple(str(v) for v in vs)) for k, vs in extra.items())),
+        uid=str(user.get("uid", "")),
+    )
+
+
+class ClusterAPI(Protocol):
+    def access_allowed(self, check: AccessCheck, timeout: float) -> bool:
+        """The SubjectAccessReview verdict; raises ClusterAPIError when there is none."""
+        ...
+
+    def namespace_labels(self, name: str, timeout: float) -> Mapping[str, str]:
+        """The namespace's labels; raises ClusterAPIError when it cannot be read."""
+        ...
+
+
+class KubernetesClusterAPI:
+    """ClusterAPI over the kubernetes client: in-cluster config, else kubeconfig (lazily)."""
+
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
+        self._kubeconfig = kubeconfig
+        self._context = context
+        self._configuration: Any = None
+        self._pool: Any = None
+        self._lock = threading.Lock()
+
+    def _connection(self) -> tuple[Any, Any]:
+        """(configuration, urllib3 pool) built once; in-cluster first, then kubeconfig."""
+        with self._lock:
+            if self._pool is None:
+                import urllib3
+
+                from webhook.kube.client import KubeConfigError, load_configuration
+
+                try:
+                    configuration = load_configuration(self._kubeconfig, self._context)
+                except KubeConfigError as exc:  # any config problem means "cannot ask"
+                    raise ClusterAPIError(str(exc)) from exc
+                # Our own urllib3 pool rather than the generated client's internals, whose
+                # call signatures differ between kubernetes client releases.
+                self._pool = urllib3.PoolManager(
+                    cert_reqs="CERT_REQUIRED" if configuration.verify_ssl else "CERT_NONE",
+                    ca_certs=configuration.ssl_ca_cert,
+                    cert_file=configuration.cert_file,
+                    key_file=configuration.key_file,
+                    retries=False,
+                )
+                self._configuration = configuration
+            return self._configuration, self._pool
+
+    def _call(self, method: str, path: str, body: Any, timeout: float) -> dict[str, Any]:
+        configuration, pool = self._connection()
+        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        try:
+            for auth in configuration.auth_settings().values():  # refreshes in-cluster tokens
+                if auth.get("in") == "header" and auth.get("value"):
+                    headers[auth["key"]] = auth["value"]
+            response = pool.request(
+                method,
+                configuration.host.rstrip("/") + path,
+                body=None if body is None else json.dumps(body).encode(),
+                headers=headers,
+                timeout=timeout,
+            )
+        except Exception as exc:  # timeouts, refused connections, TLS errors: all "no answer"
+            raise ClusterAPIError(f"{method} {path}: {exc}") from exc
+        if not 200 <= response.status <= 299:
+            text = response.data[:300].decode(errors="replace")
+            raise ClusterAPIError(f"{method} {path}: HTTP {response.status}: {text}")
+        try:
+            document: dict[str, Any] = json.loads(response.data)
+        except ValueError as exc:
+            raise ClusterAPIError(f"{method} {path}: response is not JSON") from exc
+        return document
+
+    def access_allowed(self, check: AccessCheck, timeout: float) -> bool:
+        document = self._call(
+            "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", check.body(), timeout
+        )
+        status = document.get("status") or {}
+        return bool(status.get("allowed")) and not status.get("denied")
+
+    def namespace_labels(self, name: str, timeout: float) -> Mapping[str, str]:
+        document = self._call("GET", f"/api/v1/namespaces/{name}", None, timeout)
+        labels = (document.get("metadata") or {}).get("labels") or {}
+        return {str(k): str(v) for k, v in labels.items()}
+
+
+@dataclass
+class TTLCache:
+    """A small thread-safe cache; entries expire `ttl` seconds after they were stored."""
+
+    ttl: float
+    clock: Callable[[], float] = time.monotonic
+    max_entries: int = 4096
+    _entries: dict[Any, tuple[float, Any]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, key: Any) -> tuple[bool, Any]:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return False, None
+            if self.clock() >= entry[0]:
+                del self._entries[key]
+                return False, None
+            return True, entry[1]
+
+    def put(self, key: Any, value: Any) -> None:
+        if self.ttl <= 0:
+            return
+        with self._lock:
+            if len(self._entries) >= self.max_entries:
+                now = self.clock()
+                for stale in [k for k, (exp, _) in self._entries.items() if exp <= now]:
+                    del self._entries[stale]
+                if len(self._entries) >= self.max_entries:
+                    self._entries.clear()
+            self._entries[key] = (self.clock() + self.ttl, value)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()

@@ -1,0 +1,1 @@
+"""The policy gate: policy files, the privilege rule, RBAC grants."""

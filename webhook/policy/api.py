@@ -1,0 +1,61 @@
+"""The contract between the mutation path and the policy gate (implemented in webhook.policy.gate).
+
+The mutation path asks one question: may this pod get `requested_profile`, and if not, what
+instead? The answer is data, so the decision stays testable and auditable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from webhook.admission.review import UserInfo
+from webhook.config import Profile
+
+# What a policy does when the gate says no to the requested profile.
+Mode = Literal["downgrade", "skip", "deny"]
+
+
+@dataclass(frozen=True)
+class PolicyRequest:
+    namespace: str
+    service_account: str  # "default" when the pod names none
+    user: UserInfo  # the requester (for pods made by controllers, the controller's identity)
+    requested_profile: Profile
+    requested_image: str | None  # from the toolset-image annotation; None = the configured image
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    # Profile to inject; None means inject nothing (mode skip) or deny (when allowed is False).
+    profile: str | None
+    allowed: bool  # False rejects the pod (mode deny)
+    reason: str  # short machine-readable code for logs, metrics and audit, e.g. "granted-sa"
+    message: str  # for the person who created the pod: what happened, why, what to do
+    grant: str  # who or what granted the profile: "unprivileged", "serviceaccount:NS:SA", ...
+    image: str | None = None  # toolset image to use; None = the configured image
+    annotations: Mapping[str, str] = field(default_factory=dict)  # extra pod annotations
+    warnings: tuple[str, ...] = ()  # surfaced to kubectl users as admission warnings
+
+
+class PolicyEngine(Protocol):
+    def evaluate(self, request: PolicyRequest) -> PolicyResult: ...
+
+
+class AllowAll:
+    """No gate: used by offline `inject` (nothing to ask) and when no policy is configured."""
+
+    def __init__(self, grant: str = "no-policy") -> None:
+        self._grant = grant
+
+    def evaluate(self, request: PolicyRequest) -> PolicyResult:
+        return PolicyResult(
+            profile=request.requested_profile.name,
+            allowed=True,
+            reason="no-policy",
+            message=f"profile {request.requested_profile.name!r} injected (no policy configured)",
+            grant=self._grant,
+            image=request.requested_image,
+        )

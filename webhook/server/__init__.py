@@ -1,0 +1,1 @@
+"""Serving: WSGI routes, the application factory, gunicorn configuration and worker."""

@@ -1,0 +1,21 @@
+"""The WSGI application gunicorn serves: settings from the environment, then create_app.
+
+Loaded by each worker before its first request, which is also where two costs belong that would
+otherwise land on reviews: importing the kubernetes client (the policy gate's first API call
+would, about a second on a small node) and `gc.freeze()`, which takes every object loaded so
+far (about 50,000, most of them the client's) out of the garbage collector's full collections.
+Without it a full collection walks them all: pauses of about 50 ms every few hundred large
+reviews on the 2-core machine of docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+
+from webhook.server.app import build_app
+from webhook.server.routes import WebhookApp
+
+app: WebhookApp = build_app()
+importlib.import_module("kubernetes.client")
+gc.freeze()

@@ -1,0 +1,1 @@
+"""Debugging sessions from a workstation over the exec subresource."""
