@@ -21,25 +21,8 @@ from typing import Any
 import yaml
 
 from webhook import constants
+from webhook.policy.privilege import privilege_reasons
 
-# Capabilities the Pod Security "baseline" level lets a container add; anything else is a grant.
-BASELINE_CAPABILITIES = frozenset(
-    {
-        "AUDIT_WRITE",
-        "CHOWN",
-        "DAC_OVERRIDE",
-        "FOWNER",
-        "FSETID",
-        "KILL",
-        "MKNOD",
-        "NET_BIND_SERVICE",
-        "SETFCAP",
-        "SETGID",
-        "SETPCAP",
-        "SETUID",
-        "SYS_CHROOT",
-    }
-)
 TECHNIQUES = frozenset({"perf", "lttng", "bcc"})
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
@@ -92,23 +75,7 @@ class Profile:
     @functools.cached_property
     def privilege_reasons(self) -> tuple[str, ...]:
         """Why this profile needs an RBAC grant; empty when it is within Pod Security baseline."""
-        reasons: list[str] = []
-        sc = self.security_context
-        if sc.get("privileged"):
-            reasons.append("privileged container")
-        added = set((sc.get("capabilities") or {}).get("add") or ())
-        beyond = sorted(
-            cap for cap in added if cap.removeprefix("CAP_") not in BASELINE_CAPABILITIES
-        )
-        if beyond:
-            reasons.append("capabilities " + ", ".join(beyond))
-        if self.host_paths:
-            reasons.append("hostPath " + ", ".join(h.path for h in self.host_paths))
-        if (sc.get("seccompProfile") or {}).get("type") == "Unconfined":
-            reasons.append("seccomp Unconfined")
-        if sc.get("allowPrivilegeEscalation") is True:
-            reasons.append("allowPrivilegeEscalation")
-        return tuple(reasons)
+        return privilege_reasons(self.security_context, tuple(h.path for h in self.host_paths))
 
     @property
     def requires_grant(self) -> bool:

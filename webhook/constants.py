@@ -28,6 +28,8 @@ ANNOTATION_OVERDUE_AFTER: Final = (
 
 # Label the webhook's own namespace carries (kubernetes >= 1.21 sets it on every namespace).
 LABEL_NAMESPACE_NAME: Final = "kubernetes.io/metadata.name"
+# Namespace label of the Pod Security admission level (a privileged sidecar needs "privileged").
+LABEL_POD_SECURITY_ENFORCE: Final = "pod-security.kubernetes.io/enforce"
 
 # RBAC grant for privileged profiles (the PodSecurityPolicy "use" model).
 RBAC_GROUP: Final = DOMAIN

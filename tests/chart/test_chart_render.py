@@ -694,7 +694,7 @@ def test_settings_loader_rejects_what_the_chart_must_never_render(tmp_path: Path
 )
 def test_rendered_policies_load_in_the_webhook(sets: list[str], tmp_path: Path) -> None:
     """The policies ConfigMap, mounted as a directory, is a policy the webhook accepts."""
-    from webhook.policy.gate import load_policy
+    from webhook.policy.loader import load_policy
 
     manifest = render(sets=sets)
     data = manifest.one("ConfigMap", f"{FULLNAME}-policies")["data"]

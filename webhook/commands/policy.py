@@ -19,14 +19,8 @@ from webhook.admission.review import UserInfo
 from webhook.config import Settings, SettingsError, load_settings
 from webhook.kube.access import AccessCheck, ClusterAPI, KubernetesClusterAPI
 from webhook.policy.api import PolicyRequest
-from webhook.policy.gate import (
-    Explanation,
-    PolicyError,
-    PolicyGate,
-    PolicyStore,
-    load_policy,
-    policy_schema,
-)
+from webhook.policy.gate import Explanation, PolicyGate
+from webhook.policy.loader import PolicyError, PolicyStore, load_policy, policy_schema
 
 # What the apiserver reports as the requester for a pod made by a Deployment's ReplicaSet.
 REPLICASET_CONTROLLER = "system:serviceaccount:kube-system:replicaset-controller"

@@ -15,25 +15,16 @@ the last good policy. With no policy file at all the built-in default below appl
 from __future__ import annotations
 
 import datetime as dt
-import difflib
 import fnmatch
-import json
 import logging
 import re
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
 from typing import Any, Literal, cast
 
-import jsonschema
-import yaml
-
 from webhook import constants
-from webhook.admission import review as admission
-from webhook.config import BASELINE_CAPABILITIES, Profile, Settings, SettingsError
+from webhook.config import Profile, Settings
 from webhook.kube.access import (
     AccessCheck,
     ClusterAPI,
@@ -43,34 +34,23 @@ from webhook.kube.access import (
     service_account_check,
     user_check,
 )
-from webhook.policy.api import Mode, PolicyRequest, PolicyResult
+from webhook.policy.api import PolicyRequest, PolicyResult
+from webhook.policy.loader import RELOAD_CHECK_SECONDS, PolicyStore
+from webhook.policy.model import Policy, Rule, RuleSettings, format_duration
+from webhook.policy.privilege import pod_security_violations
 
 log = logging.getLogger(__name__)
 
-API_VERSION = "sidecar-debug.io/v1alpha1"
-KIND = "DebugPolicy"
+
 # The chart names its grant ClusterRoles `<fullname>-profile-<name>`; default release name.
 DEFAULT_ROLE_PREFIX = "sidecar-debug-profile-"
-# How often evaluate() looks at the policy files' modification times.
-RELOAD_CHECK_SECONDS = 2.0
+
+
 # How long a failed namespace look-up is remembered (at most sarCacheSeconds).
 NAMESPACE_FAILURE_CACHE_SECONDS = 2.0
-POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 
-# Used when settings.policy_path is None: every profile may be requested, privileged ones only
-# with the RBAC grant, and a refused request is downgraded to the strongest unprivileged profile.
-# policies/default.yaml is the same policy, commented (a unit test keeps the two equal).
-BUILTIN_POLICY = f"""\
-apiVersion: {API_VERSION}
-kind: {KIND}
-metadata:
-  name: built-in-default
-spec:
-  defaults:
-    allowedProfiles: ["*"]
-    mode: downgrade
-  rules: []
-"""
+
+
 
 # Identities that create pods on someone else's behalf. A grant to them would hand privileged
 # sidecars to everyone who can create a Deployment, so they never grant: the pod's service
@@ -83,8 +63,13 @@ _CONTROLLER_USERS = frozenset(
         "system:kube-proxy",
     }
 )
+
+
 _CONTROLLER_PREFIXES = ("system:serviceaccount:kube-system:", "system:node:")
+
+
 _CONTROLLER_GROUPS = frozenset({"system:nodes"})
+
 
 Reason = Literal[
     "unprivileged",
@@ -108,572 +93,6 @@ def is_controller_identity(user: Mapping[str, Any]) -> bool:
         or name.startswith(_CONTROLLER_PREFIXES)
         or bool(groups & _CONTROLLER_GROUPS)
     )
-
-
-# --------------------------------------------------------------------------------------------
-# Errors with file, line and path
-
-
-@dataclass(frozen=True)
-class Problem:
-    source: str
-    line: int | None
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        where = self.source if self.line is None else f"{self.source}:{self.line}"
-        return f"{where}: {self.path or '(document)'}: {self.message}"
-
-
-class PolicyError(SettingsError):
-    """One or more policy files are invalid; str() is one `file:line: path: problem` per line."""
-
-    def __init__(self, problems: Sequence[Problem]) -> None:
-        self.problems = tuple(problems)
-        super().__init__("\n".join(str(p) for p in self.problems))
-
-
-PathKey = tuple[str | int, ...]
-
-
-def _format_path(path: Iterable[str | int]) -> str:
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
-class _Document:
-    """A parsed YAML document plus the line of every key and list item (1-based)."""
-
-    def __init__(self, source: str, data: Any, lines: dict[PathKey, int]) -> None:
-        self.source = source
-        self.data = data
-        self.lines = lines
-
-    def line(self, path: PathKey) -> int | None:
-        for end in range(len(path), -1, -1):
-            if path[:end] in self.lines:
-                return self.lines[path[:end]]
-        return None
-
-    def problem(self, path: PathKey, message: str) -> Problem:
-        return Problem(self.source, self.line(path), _format_path(path), message)
-
-
-def _parse_yaml(text: str, source: str) -> _Document:
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            raise PolicyError([Problem(source, None, "", "empty file, expected a DebugPolicy")])
-        data = loader.construct_document(node)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        problem = " ".join(p for p in (exc.context, exc.problem) if p) or str(exc)
-        raise PolicyError([Problem(source, line, "", f"not valid YAML: {problem}")]) from exc
-    except yaml.YAMLError as exc:
-        raise PolicyError([Problem(source, None, "", f"not valid YAML: {exc}")]) from exc
-    finally:
-        loader.dispose()
-    lines: dict[PathKey, int] = {(): node.start_mark.line + 1}
-    duplicates: list[Problem] = []
-
-    def walk(current: yaml.Node, path: PathKey) -> None:
-        if isinstance(current, yaml.MappingNode):
-            seen: set[str] = set()
-            for key_node, value_node in current.value:
-                key = str(key_node.value)
-                child = (*path, key)
-                if key in seen:
-                    duplicates.append(
-                        Problem(
-                            source,
-                            key_node.start_mark.line + 1,
-                            _format_path(child),
-                            "duplicate key (YAML keeps only the last one)",
-                        )
-                    )
-                seen.add(key)
-                lines[child] = key_node.start_mark.line + 1
-                walk(value_node, child)
-        elif isinstance(current, yaml.SequenceNode):
-            for index, item in enumerate(current.value):
-                lines[(*path, index)] = item.start_mark.line + 1
-                walk(item, (*path, index))
-
-    walk(node, ())
-    if duplicates:
-        raise PolicyError(duplicates)
-    return _Document(source, data, lines)
-
-
-_SCHEMA: dict[str, Any] | None = None
-
-
-def policy_schema() -> dict[str, Any]:
-    global _SCHEMA
-    if _SCHEMA is None:
-        text = resources.files("webhook").joinpath("data/policy.schema.json").read_text()
-        _SCHEMA = cast(dict[str, Any], json.loads(text))
-    return _SCHEMA
-
-
-def _suggest(word: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _schema_problems(document: _Document) -> list[Problem]:
-    validator = jsonschema.Draft202012Validator(policy_schema())
-    problems: list[Problem] = []
-    for error in validator.iter_errors(document.data):
-        path: PathKey = tuple(error.absolute_path)
-        if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-            known = list((error.schema.get("properties") or {}).keys())
-            for key in sorted(set(error.instance) - set(known)):
-                problems.append(
-                    document.problem(
-                        (*path, key),
-                        f"unknown field{_suggest(key, known)}; known: {', '.join(known)}",
-                    )
-                )
-        elif error.validator == "required":
-            missing = re.findall(r"'([^']+)' is a required property", error.message)
-            problems.append(
-                document.problem(
-                    path, f"missing required field {missing[0]!r}" if missing else error.message
-                )
-            )
-        elif error.validator in ("enum", "const") and isinstance(error.instance, str):
-            choices = (
-                error.validator_value if error.validator == "enum" else [error.validator_value]
-            )
-            problems.append(
-                document.problem(
-                    path,
-                    f"{error.instance!r} is not one of "
-                    f"{', '.join(map(str, choices))}"
-                    f"{_suggest(error.instance, map(str, choices))}",
-                )
-            )
-        elif error.validator == "pattern" and path and path[-1] == "maxSessionDuration":
-            problems.append(
-                document.problem(
-                    path, f"{error.instance!r} is not a duration like 8h, 90m, 1h30m or 2d"
-                )
-            )
-        else:
-            problems.append(document.problem(path, error.message))
-    problems.sort(key=lambda p: (p.line or 0, p.path))
-    return problems
-
-
-# --------------------------------------------------------------------------------------------
-# The policy model
-
-
-_DURATION = re.compile(r"([0-9]+)([dhms])")
-_UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-
-
-def parse_duration(text: str) -> dt.timedelta:
-    """'8h', '90m', '1h30m', '2d' -> timedelta (the schema has already checked the shape)."""
-    return dt.timedelta(seconds=sum(int(n) * _UNIT_SECONDS[u] for n, u in _DURATION.findall(text)))
-
-
-def format_duration(delta: dt.timedelta) -> str:
-    seconds, text = int(delta.total_seconds()), ""
-    for unit, size in _UNIT_SECONDS.items():
-        if seconds >= size:
-            text += f"{seconds // size}{unit}"
-            seconds %= size
-    return text or "0s"
-
-
-@dataclass(frozen=True)
-class LabelSelector:
-    match_labels: Mapping[str, str] = field(default_factory=dict)
-    # (key, operator, values)
-    match_expressions: tuple[tuple[str, str, frozenset[str]], ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        if any(labels.get(k) != v for k, v in self.match_labels.items()):
-            return False
-        for key, operator, values in self.match_expressions:
-            present = key in labels
-            if operator == "In" and not (present and labels[key] in values):
-                return False
-            if operator == "NotIn" and present and labels[key] in values:
-                return False
-            if operator == "Exists" and not present:
-                return False
-            if operator == "DoesNotExist" and present:
-                return False
-        return True
-
-    def describe(self) -> str:
-        parts = [f"{k}={v}" for k, v in self.match_labels.items()]
-        for key, operator, values in self.match_expressions:
-            if operator in ("In", "NotIn"):
-                parts.append(f"{key} {operator.lower()} ({','.join(sorted(values))})")
-            else:
-                parts.append(key if operator == "Exists" else f"!{key}")
-        return ", ".join(parts) or "(everything)"
-
-
-@dataclass(frozen=True)
-class RuleSettings:
-    """What a rule (or the defaults) allows; a rule inherits every field it omits."""
-
-    allowed_profiles: frozenset[str] = frozenset({"*"})
-    default_profile: str | None = None
-    mode: Mode = "downgrade"
-    allowed_images: tuple[str, ...] = ()
-    max_session: dt.timedelta | None = None
-
-    def allows_profile(self, name: str) -> bool:
-        return "*" in self.allowed_profiles or name in self.allowed_profiles
-
-    def allows_image(self, image: str) -> bool:
-        return any(fnmatch.fnmatchcase(image, pattern) for pattern in self.allowed_images)
-
-    def describe_profiles(self) -> str:
-        if "*" in self.allowed_profiles:
-            return "every profile"
-        return ", ".join(sorted(self.allowed_profiles)) or "no profile"
-
-
-@dataclass(frozen=True)
-class Rule:
-    name: str
-    where: str  # "file:line" of the rule, for messages and `policy explain`
-    settings: RuleSettings
-    namespaces: tuple[str, ...] = ()
-    service_accounts: tuple[str, ...] = ()
-    namespace_selector: LabelSelector | None = None
-
-
-@dataclass(frozen=True)
-class Policy:
-    rules: tuple[Rule, ...]
-    defaults: RuleSettings
-    defaults_where: str
-    sources: tuple[str, ...]
-
-
-_SETTINGS_KEYS = (
-    "allowedProfiles",
-    "defaultProfile",
-    "mode",
-    "allowedImages",
-    "maxSessionDuration",
-)
-
-
-def _overlay(base: RuleSettings, raw: Mapping[str, Any]) -> RuleSettings:
-    return RuleSettings(
-        allowed_profiles=frozenset(raw["allowedProfiles"])
-        if "allowedProfiles" in raw
-        else base.allowed_profiles,
-        default_profile=raw.get("defaultProfile", base.default_profile),
-        mode=raw.get("mode", base.mode),
-        allowed_images=tuple(raw["allowedImages"])
-        if "allowedImages" in raw
-        else base.allowed_images,
-        max_session=parse_duration(raw["maxSessionDuration"])
-        if "maxSessionDuration" in raw
-        else base.max_session,
-    )
-
-
-def _check_settings(
-    document: _Document,
-    path: PathKey,
-    raw: Mapping[str, Any],
-    effective: RuleSettings,
-    profiles: Mapping[str, Profile],
-) -> list[Problem]:
-    problems: list[Problem] = []
-    for index, name in enumerate(raw.get("allowedProfiles") or ()):
-        if name != "*" and name not in profiles:
-            problems.append(
-                document.problem(
-                    (*path, "allowedProfiles", index),
-                    f"unknown profile {name!r}{_suggest(name, profiles)}; known: "
-                    f"{', '.join(sorted(profiles))}",
-                )
-            )
-    if "maxSessionDuration" in raw and effective.max_session == dt.timedelta(0):
-        problems.append(document.problem((*path, "maxSessionDuration"), "must be longer than 0s"))
-    default = effective.default_profile
-    if default is not None:
-        where: PathKey = (*path, "defaultProfile") if "defaultProfile" in raw else path
-        if default not in profiles:
-            problems.append(
-                document.problem(
-                    where,
-                    f"unknown profile {default!r}{_suggest(default, profiles)}; known: "
-                    f"{', '.join(sorted(profiles))}",
-                )
-            )
-        elif profiles[default].requires_grant:
-            problems.append(
-                document.problem(
-                    where,
-                    f"defaultProfile {default!r} needs an RBAC grant "
-                    f"({'; '.join(profiles[default].privilege_reasons)}); the profile a refused "
-                    "request is downgraded to must need none",
-                )
-            )
-        elif not effective.allows_profile(default):
-            problems.append(
-                document.problem(
-                    where,
-                    f"defaultProfile {default!r} is not in allowedProfiles "
-                    f"({effective.describe_profiles()})",
-                )
-            )
-    return problems
-
-
-def _parse_selector(raw: Mapping[str, Any]) -> LabelSelector:
-    return LabelSelector(
-        match_labels=dict(raw.get("matchLabels") or {}),
-        match_expressions=tuple(
-            (e["key"], e["operator"], frozenset(e.get("values") or ()))
-            for e in raw.get("matchExpressions") or ()
-        ),
-    )
-
-
-def _selector_problems(document: _Document, path: PathKey, raw: Mapping[str, Any]) -> list[Problem]:
-    problems = []
-    for index, expression in enumerate(raw.get("matchExpressions") or ()):
-        values = expression.get("values") or []
-        where = (*path, "matchExpressions", index)
-        if expression["operator"] in ("In", "NotIn") and not values:
-            problems.append(
-                document.problem(where, f"operator {expression['operator']} needs values")
-            )
-        if expression["operator"] in ("Exists", "DoesNotExist") and values:
-            problems.append(
-                document.problem(where, f"operator {expression['operator']} takes no values")
-            )
-    return problems
-
-
-def _parse_documents(documents: Sequence[_Document], profiles: Mapping[str, Profile]) -> Policy:
-    problems: list[Problem] = []
-    for document in documents:
-        problems.extend(_schema_problems(document))
-    if problems:
-        raise PolicyError(problems)
-
-    builtin = RuleSettings()
-    defaults, defaults_where = builtin, "built-in defaults"
-    defaults_doc: _Document | None = None
-    for document in documents:
-        raw_defaults = document.data["spec"].get("defaults")
-        if raw_defaults is None:
-            continue
-        if defaults_doc is not None:
-            problems.append(
-                document.problem(
-                    ("spec", "defaults"),
-                    f"defaults are already set in {defaults_where}; "
-                    "only one policy file may set them",
-                )
-            )
-            continue
-        defaults_doc = document
-        defaults = _overlay(builtin, raw_defaults)
-        defaults_where = f"{document.source}:{document.line(('spec', 'defaults'))}"
-        problems.extend(
-            _check_settings(document, ("spec", "defaults"), raw_defaults, defaults, profiles)
-        )
-
-    rules: list[Rule] = []
-    seen: dict[str, str] = {}
-    for document in documents:
-        for index, raw in enumerate(document.data["spec"].get("rules") or ()):
-            path: PathKey = ("spec", "rules", index)
-            where = f"{document.source}:{document.line(path)}"
-            if raw["name"] in seen:
-                problems.append(
-                    document.problem(
-                        (*path, "name"),
-                        f"duplicate rule name {raw['name']!r} (first at {seen[raw['name']]})",
-                    )
-                )
-            seen.setdefault(raw["name"], where)
-            effective = _overlay(defaults, raw)
-            problems.extend(_check_settings(document, path, raw, effective, profiles))
-            match = raw["match"]
-            selector = None
-            if "namespaceSelector" in match:
-                problems.extend(
-                    _selector_problems(
-                        document, (*path, "match", "namespaceSelector"), match["namespaceSelector"]
-                    )
-                )
-                selector = _parse_selector(match["namespaceSelector"])
-            rules.append(
-                Rule(
-                    name=raw["name"],
-                    where=where,
-                    settings=effective,
-                    namespaces=tuple(match.get("namespaces") or ()),
-                    service_accounts=tuple(match.get("serviceAccounts") or ()),
-                    namespace_selector=selector,
-                )
-            )
-    if problems:
-        raise PolicyError(problems)
-    return Policy(tuple(rules), defaults, defaults_where, tuple(d.source for d in documents))
-
-
-def policy_files(path: str) -> list[Path]:
-    """The policy files at `path`: the file itself, or a directory's *.yaml/*.yml (not hidden,
-    not recursive: a ConfigMap volume's `..data` entries are skipped), in name order."""
-    target = Path(path)
-    if target.is_dir():
-        return sorted(
-            p
-            for p in target.iterdir()
-            if p.suffix in (".yaml", ".yml") and not p.name.startswith(".") and p.is_file()
-        )
-    return [target]
-
-
-def parse_policy_texts(texts: Sequence[tuple[str, str]], profiles: Mapping[str, Profile]) -> Policy:
-    """Parse and validate (source, text) pairs into one Policy; raises PolicyError."""
-    documents: list[_Document] = []
-    problems: list[Problem] = []
-    for source, text in texts:
-        try:
-            documents.append(_parse_yaml(text, source))
-        except PolicyError as exc:
-            problems.extend(exc.problems)
-    if problems:
-        raise PolicyError(problems)
-    return _parse_documents(documents, profiles)
-
-
-def load_policy(path: str | None, profiles: Mapping[str, Profile]) -> Policy:
-    """The policy at `path` (a file or a directory of files), or the built-in one for None."""
-    if path is None:
-        return parse_policy_texts([("built-in policy", BUILTIN_POLICY)], profiles)
-    files = policy_files(path)
-    if not files:
-        raise PolicyError([Problem(path, None, "", "no *.yaml policy files in this directory")])
-    texts: list[tuple[str, str]] = []
-    for file in files:
-        try:
-            texts.append((str(file), file.read_text()))
-        except (OSError, UnicodeDecodeError) as exc:
-            raise PolicyError([Problem(str(file), None, "", f"cannot read: {exc}")]) from exc
-    return parse_policy_texts(texts, profiles)
-
-
-class PolicyStore:
-    """The current Policy, reloaded when the files change (checked at most every few seconds).
-
-    A broken change is logged once and the last good policy stays in force; the start-up load
-    raises, so a webhook never starts with a policy it cannot read.
-    """
-
-    def __init__(
-        self,
-        path: str | None,
-        profiles: Mapping[str, Profile],
-        *,
-        check_interval: float = RELOAD_CHECK_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.path = path
-        self._profiles = profiles
-        self._interval = check_interval
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._signature = self._files_signature()
-        self._policy = load_policy(path, profiles)
-        self._failed_signature: object = None
-        self._next_check = clock() + check_interval
-        self.last_error: str | None = None
-
-    def _files_signature(self) -> object:
-        if self.path is None:
-            return None
-        try:
-            return tuple(
-                (str(p), s.st_mtime_ns, s.st_size, s.st_ino)
-                for p in policy_files(self.path)
-                for s in (p.stat(),)
-            )
-        except OSError as exc:
-            return ("unreadable", str(exc))
-
-    def current(self) -> Policy:
-        if self.path is None or self._clock() < self._next_check:
-            return self._policy
-        with self._lock:
-            if self._clock() < self._next_check:
-                return self._policy
-            self._next_check = self._clock() + self._interval
-            signature = self._files_signature()
-            if signature in (self._signature, self._failed_signature):
-                return self._policy
-            try:
-                policy = load_policy(self.path, self._profiles)
-            except PolicyError as exc:
-                self._failed_signature = signature
-                self.last_error = str(exc)
-                log.error(
-                    "policy reload failed, keeping the last good policy: %s",
-                    str(exc).replace("\n", "; "),
-                    extra={"event": "policy-reload-failed"},
-                )
-                return self._policy
-            self._policy, self._signature = policy, signature
-            self._failed_signature, self.last_error = None, None
-            log.info(
-                "policy reloaded from %s (%d rules)",
-                self.path,
-                len(policy.rules),
-                extra={"event": "policy-reloaded"},
-            )
-            return self._policy
-
-
-# --------------------------------------------------------------------------------------------
-# The gate
-
-
-def pod_security_violations(profile: Profile, level: str) -> list[str]:
-    """What in the sidecar's securityContext a Pod Security `level` namespace would reject."""
-    if level not in ("baseline", "restricted"):
-        return []
-    sc = profile.security_context
-    found: list[str] = []
-    if sc.get("privileged"):
-        found.append("privileged")
-    added = {c.removeprefix("CAP_") for c in (sc.get("capabilities") or {}).get("add") or ()}
-    allowed_caps = BASELINE_CAPABILITIES if level == "baseline" else frozenset({"NET_BIND_SERVICE"})
-    if added - allowed_caps:
-        found.append("capabilities " + ", ".join(sorted(added - allowed_caps)))
-    if profile.host_paths:
-        found.append("hostPath volumes")
-    if level == "restricted":
-        if sc.get("allowPrivilegeEscalation") is not False:
-            found.append("allowPrivilegeEscalation not false")
-        if sc.get("runAsNonRoot") is not True or sc.get("runAsUser") == 0:
-            found.append("runs as root")
-        if "ALL" not in ((sc.get("capabilities") or {}).get("drop") or ()):
-            found.append("capabilities not dropped")
-    return found
 
 
 @dataclass
@@ -1059,7 +478,7 @@ class PolicyGate:
         if profile is None:
             return []
         try:
-            level = self.namespace_labels(namespace).get(POD_SECURITY_ENFORCE, "")
+            level = self.namespace_labels(namespace).get(constants.LABEL_POD_SECURITY_ENFORCE, "")
         except ClusterAPIError as exc:
             log.debug("no Pod Security check for namespace %s: %s", namespace, exc)
             return []
@@ -1069,8 +488,8 @@ class PolicyGate:
         return [
             f"namespace {namespace!r} enforces Pod Security {level!r}, which rejects the "
             f"debug sidecar of profile {profile_name!r} ({', '.join(violations)}): the pod "
-            f"will be refused; label the namespace {POD_SECURITY_ENFORCE}=privileged or use "
-            "an unprivileged profile"
+            f"will be refused; label the namespace "
+            f"{constants.LABEL_POD_SECURITY_ENFORCE}=privileged or use an unprivileged profile"
         ]
 
     # -- the namespace-label gate -------------------------------------------------------------
@@ -1131,40 +550,6 @@ def grant_suffix(grant: str) -> str:
 
 def _dns_safe(text: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:40] or "user"
-
-
-def review_namespace(request: admission.Request, engine: PolicyGate) -> admission.Review:
-    """Validating check on namespaces: only subjects with `use` on debugprofiles
-    `namespace-opt-in` may add the opt-in label or change it to the enabled value."""
-    settings = engine.settings
-    operation = request.get("operation")
-    new = request.get("object") or {}
-    old = request.get("oldObject") or {}
-    key, enabled = settings.label_key, settings.label_enabled
-    new_value = ((new.get("metadata") or {}).get("labels") or {}).get(key)
-    old_value = ((old.get("metadata") or {}).get("labels") or {}).get(key)
-    if operation not in ("CREATE", "UPDATE") or new_value != enabled or old_value == enabled:
-        return admission.build_response(request, allowed=True)
-    namespace = str((new.get("metadata") or {}).get("name") or request.get("name") or "")
-    user = request.get("userInfo") or {}
-    allowed, reason, message = engine.may_opt_in_namespace(user, namespace)
-    audit = {
-        constants.AUDIT_DECISION: "allow" if allowed else "deny",
-        constants.AUDIT_REASON: reason,
-    }
-    log.info(
-        "namespace opt-in %s",
-        "allowed" if allowed else "denied",
-        extra={
-            "event": "namespace-opt-in",
-            "namespace": namespace,
-            "decision": reason,
-            "user": user.get("username", ""),
-        },
-    )
-    if allowed:
-        return admission.build_response(request, allowed=True, audit=audit)
-    return admission.build_response(request, allowed=False, code=403, message=message, audit=audit)
 
 
 def load_policy_engine(

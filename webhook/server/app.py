@@ -7,9 +7,10 @@ from typing import Any
 
 from webhook import logs
 from webhook.admission import review as admission
+from webhook.admission.namespace import review_namespace
 from webhook.admission.review import Review
 from webhook.config import Settings, load_settings
-from webhook.policy.gate import PolicyGate, load_policy_engine, review_namespace
+from webhook.policy.gate import PolicyGate, load_policy_engine
 from webhook.server.routes import NamespaceReviewer, WebhookApp, create_app
 
 

@@ -170,7 +170,7 @@ profiles and/or runtimes replaced by the values. Returns YAML; use with fromYaml
 
 {{/*
 Names of the active profiles that need an RBAC grant, with the same rule as the webhook
-(webhook/config.py Profile.privilege_reasons): privileged, capabilities beyond the Pod Security
+(webhook/policy/privilege.py privilege_reasons): privileged, capabilities beyond the Pod Security
 baseline, hostPaths, or allowPrivilegeEscalation. Returns a YAML list.
 */}}
 {{- define "sidecar-debug.privilegedProfiles" -}}

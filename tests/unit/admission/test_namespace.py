@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from tests.unit.policy.test_policy import ALICE, FakeCluster, make_gate
+from webhook.admission.namespace import review_namespace
 from webhook.admission.review import Request
 from webhook.config import Settings, load_settings
-from webhook.policy.gate import review_namespace
 
 
 @pytest.fixture

@@ -16,17 +16,10 @@ from webhook.admission.review import UserInfo
 from webhook.config import Settings, load_settings
 from webhook.kube.access import AccessCheck, ClusterAPIError
 from webhook.policy.api import PolicyRequest
-from webhook.policy.gate import (
-    BUILTIN_POLICY,
-    PolicyError,
-    PolicyGate,
-    PolicyStore,
-    is_controller_identity,
-    load_policy,
-    load_policy_engine,
-    parse_duration,
-    pod_security_violations,
-)
+from webhook.policy.gate import PolicyGate, is_controller_identity, load_policy_engine
+from webhook.policy.loader import BUILTIN_POLICY, PolicyError, PolicyStore, load_policy
+from webhook.policy.model import parse_duration
+from webhook.policy.privilege import pod_security_violations
 
 REPO = Path(__file__).resolve().parents[3]
 NOW = dt.datetime(2026, 12, 2, 12, 0, 0, tzinfo=dt.UTC)
@@ -709,7 +702,7 @@ def test_reload_on_change_and_keep_last_good_on_error(
     path.write_text(policy_text("mode: bogus"))
     os.utime(path, ns=(1, 2 * 10**18))
     clock.now += 3
-    with caplog.at_level("ERROR", logger="webhook.policy.gate"):
+    with caplog.at_level("ERROR", logger="webhook.policy"):
         assert not gate.evaluate(request(settings, "full")).allowed  # last good policy stays
         clock.now += 3
         gate.evaluate(request(settings, "full"))
