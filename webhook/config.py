@@ -291,7 +291,7 @@ class Settings:
     # Policy's SubjectAccessReview calls must finish well inside the webhook's own timeout.
     sar_timeout_seconds: float = 2.0
     sar_cache_seconds: float = 10.0
-    # Certificates (see webhook.certs.manager).
+    # Certificates (see webhook.certs).
     certificates_mode: str = "provided"
     certificates_secret: str = "sidecar-debug-tls"  # noqa: S105 - a Secret name, not a secret
     service_name: str = "sidecar-debug"

@@ -31,6 +31,11 @@ LABEL_NAMESPACE_NAME: Final = "kubernetes.io/metadata.name"
 # Namespace label of the Pod Security admission level (a privileged sidecar needs "privileged").
 LABEL_POD_SECURITY_ENFORCE: Final = "pod-security.kubernetes.io/enforce"
 
+# Labels and type of the TLS Secret the webhook manages itself (certificatesMode self).
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE: Final = "sidecar-debug"
+SECRET_TYPE_TLS: Final = "kubernetes.io/tls"  # noqa: S105 - a type name, not a password
+
 # RBAC grant for privileged profiles (the PodSecurityPolicy "use" model).
 RBAC_GROUP: Final = DOMAIN
 RBAC_RESOURCE: Final = "debugprofiles"

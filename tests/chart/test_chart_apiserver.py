@@ -50,7 +50,7 @@ def _ca_bundles(cluster: Cluster, name: str) -> list[str | None]:
 
 
 def _write_ca_bundle_like_the_webhook(cluster: Cluster, name: str, count: int) -> None:
-    """A PATCH by another field manager, as webhook.certs.manager does in mode `self`."""
+    """A PATCH by another field manager, as webhook.certs.rotation does in mode `self`."""
     patch = [
         {"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": FAKE_CA}
         for i in range(count)

@@ -19,21 +19,21 @@ from pathlib import Path
 from typing import Any
 
 from tests.cluster.cluster import Cluster
-from webhook.certs import manager as certs
+from webhook.certs import pki, tls
 
 
 def serving_cert(directory: Path, service: str, namespace: str) -> tuple[bytes, Path, Path]:
     """A throw-away CA and a serving cert for the Service's DNS names, made by the webhook's own
-    generator (webhook.certs.manager): (ca_pem, tls.crt, tls.key); ca.crt is written beside them."""
+    generator (webhook.certs.pki): (ca_pem, tls.crt, tls.key); ca.crt is written beside them."""
     directory.mkdir(parents=True, exist_ok=True)
     validity = datetime.timedelta(days=2)
-    ca = certs.generate_ca("test-webhook-ca", validity=validity)
-    serving = certs.generate_serving(
-        ca, certs.service_dns_names(service, namespace)[2:], validity=validity
+    ca = pki.generate_ca("test-webhook-ca", validity=validity)
+    serving = pki.generate_serving(
+        ca, pki.service_dns_names(service, namespace)[2:], validity=validity
     )
     (directory / "ca.crt").write_bytes(ca.cert_pem)
     (directory / "tls.crt").write_bytes(serving.cert_pem)
-    certs.write_private_file(directory / "tls.key", serving.key_pem)
+    tls.write_private_file(directory / "tls.key", serving.key_pem)
     return ca.cert_pem, directory / "tls.crt", directory / "tls.key"
 
 

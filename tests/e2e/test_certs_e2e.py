@@ -31,7 +31,7 @@ from cryptography import x509
 from tests.cluster.cluster import Cluster, free_port
 from tests.cluster.webhooks import create_service, mutating_webhook_configuration
 from tests.e2e.conftest import wait_until
-from webhook.certs import manager as certs
+from webhook.certs import pki, rotation
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -165,8 +165,8 @@ def env(lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         "SIDECAR_DEBUG_WEBHOOK_CONFIGURATION": CONFIG,
         "SIDECAR_DEBUG_WORKERS": "2",
         "SIDECAR_DEBUG_LOG_LEVEL": "INFO",
-        certs.ENV_RESYNC_SECONDS: str(RESYNC_SECONDS),
-        certs.ENV_CA_OVERLAP_SECONDS: str(CA_OVERLAP_SECONDS),
+        rotation.ENV_RESYNC_SECONDS: str(RESYNC_SECONDS),
+        rotation.ENV_CA_OVERLAP_SECONDS: str(CA_OVERLAP_SECONDS),
         "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
     })  # fmt: skip
     # Started together, so both race to create the Secret.
@@ -217,14 +217,14 @@ def test_two_replicas_one_ca_both_serve_bundle_patched_pods_injected(
     env: Env, core_api: Any
 ) -> None:
     data = _secret_data(env.cluster)
-    cas = certs.load_certificates(data["ca.crt"])
+    cas = pki.load_certificates(data["ca.crt"])
     assert len(cas) == 1, "exactly one CA"
     assert set(data) == {"tls.crt", "tls.key", "ca.crt", "ca.key"}
     served = [_served(r.direct_port, data["ca.crt"]) for r in env.replicas]
-    assert served[0] == served[1] == certs.load_certificates(data["tls.crt"])[0]
-    certs.verify_chain(served[0], cas, SERVER_NAME)
-    assert sorted(certs.subject_alt_names(served[0])) == sorted(
-        certs.service_dns_names(SERVICE, HOOK_NS))
+    assert served[0] == served[1] == pki.load_certificates(data["tls.crt"])[0]
+    pki.verify_chain(served[0], cas, SERVER_NAME)
+    assert sorted(pki.subject_alt_names(served[0])) == sorted(
+        pki.service_dns_names(SERVICE, HOOK_NS))
     # Both replicas wrote (or found) the same bundle into both entries.
     _wait(lambda: _webhook_bundles(env.cluster) == [data["ca.crt"]] * 2, 30, "caBundle patched")
     # And the apiserver trusts it: the pod comes back with the sidecar.
@@ -260,8 +260,8 @@ def _rotate(env: Env, *flags: str) -> None:
 
 def test_rotation_while_pods_are_created_has_zero_tls_failures(env: Env, core_api: Any) -> None:
     before = _secret_data(env.cluster)
-    old_ca = certs.load_certificates(before["ca.crt"])[0]
-    old_serving = certs.load_certificates(before["tls.crt"])[0]
+    old_ca = pki.load_certificates(before["ca.crt"])[0]
+    old_serving = pki.load_certificates(before["tls.crt"])[0]
     results: list[tuple[str, bool, str]] = []
     stop = threading.Event()
 
@@ -289,10 +289,10 @@ def test_rotation_while_pods_are_created_has_zero_tls_failures(env: Env, core_ap
         _rotate(env, "--ca")  # introduce a CA; promoted after the overlap, then pruned
         final = _wait(
             lambda: (lambda cas: len(cas) == 1 and cas[0] != old_ca and cas)(
-                certs.load_certificates(_secret_data(env.cluster)["ca.crt"])),
+                pki.load_certificates(_secret_data(env.cluster)["ca.crt"])),
             90, "the CA roll to complete",
         )  # fmt: skip
-        new_bundle = certs.bundle_pem(final)
+        new_bundle = pki.bundle_pem(final)
         _wait(lambda: all(_served(r.direct_port, new_bundle).issuer == final[0].subject
                           for r in env.replicas), 30, "serving from the new CA")  # fmt: skip
         _wait(lambda: _webhook_bundles(env.cluster) == [new_bundle] * 2, 30, "new caBundle")
@@ -350,7 +350,7 @@ def test_helm_upgrade_twice_keeps_the_ca(lite_cluster: Cluster, tmp_path: Path) 
         "SIDECAR_DEBUG_CONFIG": str(config_file),
         "SIDECAR_DEBUG_WEBHOOK_NAMESPACE": RELEASE_NS,  # in a pod: the service-account file
         "SIDECAR_DEBUG_WORKERS": "1",
-        certs.ENV_RESYNC_SECONDS: "1",
+        rotation.ENV_RESYNC_SECONDS: "1",
     })  # fmt: skip
     replicas = []
     for n in (1, 2):

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from webhook.certs import manager as certs
+from webhook.certs import pki, rotation, tls
 
 DEFAULT_OUT = "certs"
 
@@ -30,23 +30,23 @@ def default_out_dir(start: Path | None = None) -> Path:
     return here / DEFAULT_OUT
 
 
-def _load_existing_ca(out: Path) -> certs.KeyPair | None:
-    ca_crt, ca_key = out / certs.KEY_CA_CRT, out / certs.KEY_CA_KEY
+def _load_existing_ca(out: Path) -> pki.KeyPair | None:
+    ca_crt, ca_key = out / pki.KEY_CA_CRT, out / pki.KEY_CA_KEY
     if not (ca_crt.is_file() and ca_key.is_file()):
         return None
     try:
-        cert = certs.load_certificates(ca_crt.read_bytes())[0]
-        key = certs.load_private_key(ca_key.read_bytes())
-    except certs.CertificateError:
+        cert = pki.load_certificates(ca_crt.read_bytes())[0]
+        key = pki.load_private_key(ca_key.read_bytes())
+    except pki.CertificateError:
         return None
-    if not certs.key_matches(cert, key) or certs.days_left(cert) < 1 or not certs.is_ca(cert):
+    if not pki.key_matches(cert, key) or pki.days_left(cert) < 1 or not pki.is_ca(cert):
         return None
-    return certs.KeyPair(cert, key)
+    return pki.KeyPair(cert, key)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out_dir()
-    names = certs.service_dns_names(args.service, args.namespace, args.cluster_domain)
+    names = pki.service_dns_names(args.service, args.namespace, args.cluster_domain)
     extras = list(args.dns or []) + list(args.ip or [])
     if not args.no_localhost:
         extras += ["localhost", "127.0.0.1"]
@@ -54,9 +54,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     ca = None if args.new_ca else _load_existing_ca(out)
     reused = ca is not None
     if ca is None:
-        ca = certs.generate_ca(validity=dt.timedelta(days=args.ca_days))
-    serving = certs.generate_serving(ca, names, dt.timedelta(days=args.days))
-    written = certs.write_bundle(out, ca, serving, write_ca_key=True)
+        ca = pki.generate_ca(validity=dt.timedelta(days=args.ca_days))
+    serving = pki.generate_serving(ca, names, dt.timedelta(days=args.days))
+    written = tls.write_bundle(out, ca, serving, write_ca_key=True)
     readme = out / "README.md"
     if not args.out and not readme.exists():
         readme.write_text(README_TEXT)
@@ -68,7 +68,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _print_cert(cert: Any, label: str) -> None:
-    info = certs.describe(cert)
+    info = pki.describe(cert)
     print(label)
     print(f"  subject:    {info['subject']}")
     print(f"  SANs:       {', '.join(info['sans']) or '-'}")
@@ -91,7 +91,7 @@ def fetch_served_certificates(address: str, server_name: str | None) -> list[Any
 
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
-        raise certs.CertificateError(f"--connect wants HOST:PORT, got {address!r}")
+        raise pki.CertificateError(f"--connect wants HOST:PORT, got {address!r}")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
@@ -99,7 +99,7 @@ def fetch_served_certificates(address: str, server_name: str | None) -> list[Any
         with context.wrap_socket(raw, server_hostname=server_name or host.strip("[]")) as sock:
             der = sock.getpeercert(binary_form=True)
     if der is None:
-        raise certs.CertificateError(f"{address} presented no certificate")
+        raise pki.CertificateError(f"{address} presented no certificate")
     return [x509.load_der_x509_certificate(der)]
 
 
@@ -108,12 +108,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.connect:
         try:
             found = fetch_served_certificates(args.connect, args.server_name)
-        except (OSError, certs.CertificateError) as exc:
+        except (OSError, pki.CertificateError) as exc:
             print(f"{args.connect}: {exc}", file=sys.stderr)
             return 1
         if args.json:
             print(json.dumps({"address": args.connect,
-                              "certificates": [certs.describe(c) for c in found]}))  # fmt: skip
+                              "certificates": [pki.describe(c) for c in found]}))  # fmt: skip
         else:
             _print_cert(found[0], f"{args.connect} (served):")
     elif not args.files:
@@ -127,24 +127,24 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             continue
         if b"PRIVATE KEY-----" in data and b"CERTIFICATE-----" not in data:
             try:
-                key = certs.load_private_key(data)
-            except certs.CertificateError as exc:
+                key = pki.load_private_key(data)
+            except pki.CertificateError as exc:
                 print(f"{name}: {exc}", file=sys.stderr)
                 status = 1
                 continue
             if args.json:
-                print(json.dumps({"file": name, "keyType": certs.key_description(key)}))
+                print(json.dumps({"file": name, "keyType": pki.key_description(key)}))
             else:
-                print(f"{name}: private key, {certs.key_description(key)}")
+                print(f"{name}: private key, {pki.key_description(key)}")
             continue
         try:
-            found = certs.load_certificates(data)
-        except certs.CertificateError as exc:
+            found = pki.load_certificates(data)
+        except pki.CertificateError as exc:
             print(f"{name}: {exc}", file=sys.stderr)
             status = 1
             continue
         if args.json:
-            print(json.dumps({"file": name, "certificates": [certs.describe(c) for c in found]}))
+            print(json.dumps({"file": name, "certificates": [pki.describe(c) for c in found]}))
             continue
         for index, cert in enumerate(found):
             suffix = f" [{index + 1}/{len(found)}]" if len(found) > 1 else ""
@@ -154,25 +154,25 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     try:
-        cas = certs.load_certificates(Path(args.ca).read_bytes())
-        leaf = certs.load_certificates(Path(args.cert).read_bytes())[0]
+        cas = pki.load_certificates(Path(args.ca).read_bytes())
+        leaf = pki.load_certificates(Path(args.cert).read_bytes())[0]
         if args.key:
-            key = certs.load_private_key(Path(args.key).read_bytes())
-            if not certs.key_matches(leaf, key):
-                raise certs.CertificateError(f"{args.key} does not belong to {args.cert}")
-        names: list[str] = args.name or certs.subject_alt_names(leaf)[:1]
+            key = pki.load_private_key(Path(args.key).read_bytes())
+            if not pki.key_matches(leaf, key):
+                raise pki.CertificateError(f"{args.key} does not belong to {args.cert}")
+        names: list[str] = args.name or pki.subject_alt_names(leaf)[:1]
         if not names:
-            raise certs.CertificateError(f"{args.cert} has no subjectAltName; pass --name")
+            raise pki.CertificateError(f"{args.cert} has no subjectAltName; pass --name")
         for name in names:
-            certs.verify_chain(leaf, cas, name)
-    except (OSError, certs.CertificateError) as exc:
+            pki.verify_chain(leaf, cas, name)
+    except (OSError, pki.CertificateError) as exc:
         print(f"FAIL: {exc}", file=sys.stderr)
         return 1
     print(f"OK: {args.cert} verifies against {args.ca} for {', '.join(names)}")
     return 0
 
 
-def _manager(args: argparse.Namespace) -> certs.SelfManager:
+def _manager(args: argparse.Namespace) -> rotation.SelfManager:
     from webhook.config import load_settings
 
     settings = load_settings(
@@ -185,16 +185,16 @@ def _manager(args: argparse.Namespace) -> certs.SelfManager:
             "cluster_domain": args.cluster_domain,
         },
     )
-    return certs.SelfManager.from_settings(settings)
+    return rotation.SelfManager.from_settings(settings)
 
 
-def _summary(state: certs.TLSState) -> str:
+def _summary(state: rotation.TLSState) -> str:
     lines = [
         f"signing CA: {state.signer.cert.subject.rfc4514_string()} "
-        f"({certs.days_left(state.signer.cert):.0f} days left)",
-        f"serving:    {', '.join(certs.subject_alt_names(state.serving.cert))} "
-        f"({certs.days_left(state.serving.cert):.1f} days left, "
-        f"renews {certs.renewal_time(state.serving.cert).isoformat()})",
+        f"({pki.days_left(state.signer.cert):.0f} days left)",
+        f"serving:    {', '.join(pki.subject_alt_names(state.serving.cert))} "
+        f"({pki.days_left(state.serving.cert):.1f} days left, "
+        f"renews {pki.renewal_time(state.serving.cert).isoformat()})",
         f"bundle:     {len(state.bundle)} CA(s)",
     ]
     if state.next_ca is not None:

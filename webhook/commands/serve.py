@@ -44,13 +44,13 @@ def serve(args: argparse.Namespace) -> int:
         from webhook.server.app import load_policy
 
         load_policy(settings)
-        from webhook.certs import manager as certs
+        from webhook.certs import pki, rotation
 
-        cert_file, key_file = certs.prepare_serving_files(settings)
+        cert_file, key_file = rotation.prepare_serving_files(settings)
     except SettingsError as exc:
         print(f"sidecar-debug: invalid settings: {exc}", file=sys.stderr)
         return 2
-    except certs.CertificateError as exc:
+    except pki.CertificateError as exc:
         print(f"sidecar-debug: certificates: {exc}", file=sys.stderr)
         return 2
     env = dict(os.environ)

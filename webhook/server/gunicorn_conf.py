@@ -9,7 +9,7 @@ import os
 import ssl
 from typing import Any
 
-from webhook.certs import manager as certs
+from webhook.certs import rotation, tls
 from webhook.config import load_settings
 
 _settings = load_settings()
@@ -39,14 +39,14 @@ control_socket_disable = True
 
 def ssl_context(config: Any, default_ssl_context_factory: Any) -> ssl.SSLContext:
     """A context that switches to a renewed certificate without a restart (webhook.certs)."""
-    return certs.reloading_ssl_context(config.certfile, config.keyfile)
+    return tls.reloading_ssl_context(config.certfile, config.keyfile)
 
 
 def when_ready(server: Any) -> None:
     # In `self` mode the master renews the Secret, rewrites the files the workers watch and
     # restores a blanked caBundle; other modes have nothing to maintain.
     if _settings.tls_cert_file and _settings.tls_key_file:
-        certs.start_background_maintenance(
+        rotation.start_background_maintenance(
             _settings, _settings.tls_cert_file, _settings.tls_key_file
         )
 

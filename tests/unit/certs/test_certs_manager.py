@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from webhook.certs import manager as certs
+from webhook.certs import pki, rotation, tls
 from webhook.config import Settings
+from webhook.kube import secrets
 
 NS, SECRET, HOOK = "tools", "sidecar-debug-tls", "sidecar-debug"
-NAMES = certs.service_dns_names("sidecar-debug", NS)
+NAMES = pki.service_dns_names("sidecar-debug", NS)
 
 
 class FakeStore:
@@ -50,7 +51,7 @@ class FakeStore:
         with self.lock:
             key = ("Secret", f"{namespace}/{body['metadata']['name']}")
             if key in self.objects:
-                raise certs.ConflictError("AlreadyExists")
+                raise secrets.ConflictError("AlreadyExists")
             self.writes.append(key)
             self.objects[key] = copy.deepcopy(body)
             return self._bump(self.objects[key])
@@ -60,9 +61,9 @@ class FakeStore:
         with self.lock:
             current = self.objects.get(key)
             if current is None:
-                raise certs.ConflictError("gone")
+                raise secrets.ConflictError("gone")
             if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
-                raise certs.ConflictError("stale resourceVersion")
+                raise secrets.ConflictError("stale resourceVersion")
             self.writes.append(key)
             self.objects[key] = copy.deepcopy(body)
             return self._bump(self.objects[key])
@@ -92,8 +93,9 @@ class FakeStore:
             for w in obj["webhooks"]
         ]
 
-    def secret_state(self) -> certs.TLSState:
-        return certs.TLSState.from_secret_data(self.objects[("Secret", f"{NS}/{SECRET}")]["data"])
+    def secret_state(self) -> rotation.TLSState:
+        data = self.objects[("Secret", f"{NS}/{SECRET}")]["data"]
+        return rotation.TLSState.from_secret_data(data)
 
 
 def _webhooks(n: int) -> dict[str, Any]:
@@ -116,10 +118,10 @@ class Clock:
         return self.now
 
 
-def _manager(store: FakeStore, clock: Clock | None = None, **policy: Any) -> certs.SelfManager:
-    return certs.SelfManager(
+def _manager(store: FakeStore, clock: Clock | None = None, **policy: Any) -> rotation.SelfManager:
+    return rotation.SelfManager(
         store, NS, SECRET, NAMES, HOOK,
-        policy=certs.RotationPolicy(**policy), clock=clock or certs.utcnow,
+        policy=rotation.RotationPolicy(**policy), clock=clock or pki.utcnow,
     )  # fmt: skip
 
 
@@ -139,7 +141,7 @@ def test_creates_the_secret_once_and_then_reads_it() -> None:
 def test_create_conflict_reads_the_winner() -> None:
     store = FakeStore()
     winner = _manager(store)
-    won: list[certs.TLSState] = []
+    won: list[rotation.TLSState] = []
     # Between our read (404) and our create, another replica creates the Secret.
     store.before_write.append(lambda: won.append(winner.ensure()[0]))
     state, reasons = _manager(store).ensure()
@@ -150,7 +152,7 @@ def test_create_conflict_reads_the_winner() -> None:
 def test_replicas_started_at_once_agree_on_one_ca() -> None:
     store = FakeStore()
     barrier = threading.Barrier(6)
-    results: list[certs.TLSState] = []
+    results: list[rotation.TLSState] = []
 
     def replica() -> None:
         barrier.wait()
@@ -190,7 +192,7 @@ def test_unusable_secret_is_regenerated_wrong_type_is_refused() -> None:
     assert reasons == ["created CA and serving certificate"]
     assert store.secret_state() == state
     store.put("Secret", f"{NS}/{SECRET}", {"metadata": {"name": SECRET}, "type": "Opaque"})
-    with pytest.raises(certs.CertificateError, match="Opaque"):
+    with pytest.raises(pki.CertificateError, match="Opaque"):
         _manager(store).ensure()
 
 
@@ -241,7 +243,7 @@ def test_ca_roll_through_the_manager_waits_for_the_published_bundle() -> None:
         for serving in (old.serving, promoted.serving):
             if bundle is old.bundle and serving is promoted.serving:
                 continue  # never happens: promotion waits for the published bundle
-            certs.verify_chain(serving.cert, list(bundle), now=clock.now)
+            pki.verify_chain(serving.cert, list(bundle), now=clock.now)
     clock.now += dt.timedelta(minutes=11)
     final = manager.run_once()
     assert final.bundle == (promoted.signer.cert,)
@@ -252,31 +254,31 @@ def test_prepare_serving_files_self_mode(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = FakeStore()
-    monkeypatch.setattr(certs, "KubernetesStore", lambda: store)
-    monkeypatch.setattr(certs, "private_directory", lambda: str(tmp_path / "priv"))
+    monkeypatch.setattr(rotation, "KubernetesStore", lambda: store)
+    monkeypatch.setattr(rotation, "private_directory", lambda: str(tmp_path / "priv"))
     (tmp_path / "priv").mkdir(mode=0o700)
     settings = Settings(certificates_mode="self", webhook_namespace=NS,
                         certificates_secret=SECRET, webhook_configuration=HOOK)  # fmt: skip
-    cert_file, key_file = certs.prepare_serving_files(settings)
+    cert_file, key_file = rotation.prepare_serving_files(settings)
     state = store.secret_state()
     assert Path(cert_file).read_bytes() == state.serving.cert_pem
     assert Path(key_file).read_bytes() == state.serving.key_pem
     assert stat.S_IMODE(Path(key_file).stat().st_mode) == 0o600
     assert stat.S_IMODE(Path(cert_file).stat().st_mode) == 0o600
-    assert certs.subject_alt_names(state.serving.cert) == NAMES
+    assert pki.subject_alt_names(state.serving.cert) == NAMES
 
 
 def test_prepare_serving_files_other_modes() -> None:
     settings = Settings(certificates_mode="provided", tls_cert_file="/etc/x/tls.crt",
                         tls_key_file="/etc/x/tls.key")  # fmt: skip
-    assert certs.prepare_serving_files(settings) == ("/etc/x/tls.crt", "/etc/x/tls.key")
-    with pytest.raises(certs.CertificateError, match="tlsCertFile"):
-        certs.prepare_serving_files(Settings(certificates_mode="certManager"))
-    assert certs.start_background_maintenance(settings, "a", "b") is None
+    assert rotation.prepare_serving_files(settings) == ("/etc/x/tls.crt", "/etc/x/tls.key")
+    with pytest.raises(pki.CertificateError, match="tlsCertFile"):
+        rotation.prepare_serving_files(Settings(certificates_mode="certManager"))
+    assert rotation.start_background_maintenance(settings, "a", "b") is None
 
 
 def test_private_directory_is_private() -> None:
-    directory = Path(certs.private_directory())
+    directory = Path(tls.private_directory())
     try:
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     finally:
@@ -284,15 +286,15 @@ def test_private_directory_is_private() -> None:
 
 
 def test_extra_sans_and_namespace_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(certs.ENV_EXTRA_SANS, "127.0.0.1, hook.example")
+    monkeypatch.setenv(rotation.ENV_EXTRA_SANS, "127.0.0.1, hook.example")
     settings = Settings(service_name="svc", cluster_domain="c.local")
-    monkeypatch.setenv(certs.ENV_POD_NAMESPACE, "from-pod")
-    assert certs.resolve_namespace(settings) == "from-pod"
-    assert certs.serving_names(settings, "ns")[-2:] == ["127.0.0.1", "hook.example"]
-    monkeypatch.delenv(certs.ENV_POD_NAMESPACE)
-    monkeypatch.setattr(certs, "SERVICE_ACCOUNT_NAMESPACE_FILE", "/nonexistent")
-    with pytest.raises(certs.CertificateError, match="webhookNamespace"):
-        certs.resolve_namespace(settings)
+    monkeypatch.setenv(rotation.ENV_POD_NAMESPACE, "from-pod")
+    assert rotation.resolve_namespace(settings) == "from-pod"
+    assert rotation.serving_names(settings, "ns")[-2:] == ["127.0.0.1", "hook.example"]
+    monkeypatch.delenv(rotation.ENV_POD_NAMESPACE)
+    monkeypatch.setattr(rotation, "SERVICE_ACCOUNT_NAMESPACE_FILE", "/nonexistent")
+    with pytest.raises(pki.CertificateError, match="webhookNamespace"):
+        rotation.resolve_namespace(settings)
 
 
 def test_background_maintenance_restores_bundle_and_follows_rotation(tmp_path: Path) -> None:
@@ -302,20 +304,20 @@ def test_background_maintenance_restores_bundle_and_follows_rotation(tmp_path: P
     cert_file, key_file = str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")
     first = manager.run_once(cert_file, key_file)
     settings = Settings(certificates_mode="self", webhook_namespace=NS)
-    thread = certs.start_background_maintenance(
+    thread = rotation.start_background_maintenance(
         settings, cert_file, key_file, manager=manager, interval=0.05
     )
     assert thread is not None and thread.is_alive()
-    assert certs.start_background_maintenance(settings, cert_file, key_file) is thread
+    assert rotation.start_background_maintenance(settings, cert_file, key_file) is thread
     try:
         _follow_rotation(store, first, cert_file, key_file)
     finally:
-        certs.stop_background_maintenance()
+        rotation.stop_background_maintenance()
     assert not thread.is_alive()
 
 
 def _follow_rotation(
-    store: FakeStore, first: certs.TLSState, cert_file: str, key_file: str
+    store: FakeStore, first: rotation.TLSState, cert_file: str, key_file: str
 ) -> None:
 
     store.objects[("MutatingWebhookConfiguration", HOOK)]["webhooks"][0]["clientConfig"].pop(

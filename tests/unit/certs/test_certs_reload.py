@@ -20,18 +20,18 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from webhook.certs import manager as certs
+from webhook.certs import pki, tls
 
 NAMES = ["localhost", "127.0.0.1"]
 
 
 @pytest.fixture(scope="module")
-def ca() -> certs.KeyPair:
-    return certs.generate_ca()
+def ca() -> pki.KeyPair:
+    return pki.generate_ca()
 
 
-def _pair(ca: certs.KeyPair) -> certs.KeyPair:
-    return certs.generate_serving(ca, NAMES, dt.timedelta(days=1))
+def _pair(ca: pki.KeyPair) -> pki.KeyPair:
+    return pki.generate_serving(ca, NAMES, dt.timedelta(days=1))
 
 
 class _Handler(socketserver.StreamRequestHandler):
@@ -72,8 +72,8 @@ def server_for() -> Iterator[object]:
         srv.server_close()
 
 
-def _client_context(*cas: certs.KeyPair) -> ssl.SSLContext:
-    context = ssl.create_default_context(cadata=certs.bundle_pem(c.cert for c in cas).decode())
+def _client_context(*cas: pki.KeyPair) -> ssl.SSLContext:
+    context = ssl.create_default_context(cadata=pki.bundle_pem(c.cert for c in cas).decode())
     return context
 
 
@@ -99,19 +99,19 @@ def _roundtrip(sock: ssl.SSLSocket, text: bytes) -> bytes:
     return data
 
 
-def _write(directory: Path, pair: certs.KeyPair) -> tuple[str, str]:
+def _write(directory: Path, pair: pki.KeyPair) -> tuple[str, str]:
     cert_file, key_file = str(directory / "tls.crt"), str(directory / "tls.key")
-    certs.write_serving_pair(cert_file, key_file, pair)
+    tls.write_serving_pair(cert_file, key_file, pair)
     return cert_file, key_file
 
 
 @pytest.mark.parametrize("sni_name", ["127.0.0.1", "localhost"])
 def test_new_connections_get_the_new_certificate_in_flight_ones_keep_working(
-    tmp_path: Path, ca: certs.KeyPair, server_for: object, sni_name: str
+    tmp_path: Path, ca: pki.KeyPair, server_for: object, sni_name: str
 ) -> None:
     first, second = _pair(ca), _pair(ca)
     cert_file, key_file = _write(tmp_path, first)
-    reloader = certs.CertificateReloader(cert_file, key_file, poll_seconds=3600)
+    reloader = tls.CertificateReloader(cert_file, key_file, poll_seconds=3600)
     port = server_for(reloader.ssl_context())  # type: ignore[operator]
     client = _client_context(ca)
 
@@ -134,26 +134,26 @@ def test_new_connections_get_the_new_certificate_in_flight_ones_keep_working(
 
 
 def test_half_written_pair_is_never_served(
-    tmp_path: Path, ca: certs.KeyPair, server_for: object
+    tmp_path: Path, ca: pki.KeyPair, server_for: object
 ) -> None:
     first, second = _pair(ca), _pair(ca)
     cert_file, key_file = _write(tmp_path, first)
-    reloader = certs.CertificateReloader(cert_file, key_file, poll_seconds=3600)
+    reloader = tls.CertificateReloader(cert_file, key_file, poll_seconds=3600)
     port = server_for(reloader.ssl_context())  # type: ignore[operator]
     client = _client_context(ca)
     # write_serving_pair writes the key first: this is the moment in between.
-    certs.write_private_file(key_file, second.key_pem)
+    tls.write_private_file(key_file, second.key_pem)
     assert reloader.check() is False
     with _connect(port, client) as sock:
         assert _peer(sock) == first.cert
-    certs.write_private_file(cert_file, second.cert_pem)
+    tls.write_private_file(cert_file, second.cert_pem)
     assert reloader.check() is True
     with _connect(port, client) as sock:
         assert _peer(sock) == second.cert
 
 
 def test_watcher_thread_picks_up_kubelet_style_symlink_swap(
-    tmp_path: Path, ca: certs.KeyPair, server_for: object
+    tmp_path: Path, ca: pki.KeyPair, server_for: object
 ) -> None:
     """kubelet mounts a Secret as KEY -> ..data/KEY with ..data -> ..TIMESTAMP, and swaps
     ..data atomically on update."""
@@ -164,7 +164,7 @@ def test_watcher_thread_picks_up_kubelet_style_symlink_swap(
     (tmp_path / "..data").symlink_to("..v1")
     for name in ("tls.crt", "tls.key"):
         (tmp_path / name).symlink_to(f"..data/{name}")
-    reloader = certs.CertificateReloader(
+    reloader = tls.CertificateReloader(
         str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"), poll_seconds=0.05
     )
     port = server_for(reloader.ssl_context())  # type: ignore[operator]
@@ -183,11 +183,11 @@ def test_watcher_thread_picks_up_kubelet_style_symlink_swap(
 
 
 def test_new_ca_is_served_and_verifies_with_the_overlap_bundle(
-    tmp_path: Path, ca: certs.KeyPair, server_for: object
+    tmp_path: Path, ca: pki.KeyPair, server_for: object
 ) -> None:
-    new_ca = certs.generate_ca()
+    new_ca = pki.generate_ca()
     cert_file, key_file = _write(tmp_path, _pair(ca))
-    reloader = certs.CertificateReloader(cert_file, key_file, poll_seconds=3600)
+    reloader = tls.CertificateReloader(cert_file, key_file, poll_seconds=3600)
     port = server_for(reloader.ssl_context())  # type: ignore[operator]
     overlap = _client_context(ca, new_ca)
     _write(tmp_path, _pair(new_ca))
@@ -199,15 +199,15 @@ def test_new_ca_is_served_and_verifies_with_the_overlap_bundle(
 
 
 def test_first_load_failure_is_loud(tmp_path: Path) -> None:
-    reloader = certs.CertificateReloader(str(tmp_path / "nope.crt"), str(tmp_path / "nope.key"))
+    reloader = tls.CertificateReloader(str(tmp_path / "nope.crt"), str(tmp_path / "nope.key"))
     with pytest.raises(FileNotFoundError):
         reloader.current()
 
 
-def test_reloading_ssl_context_is_shared_per_file_pair(tmp_path: Path, ca: certs.KeyPair) -> None:
+def test_reloading_ssl_context_is_shared_per_file_pair(tmp_path: Path, ca: pki.KeyPair) -> None:
     cert_file, key_file = _write(tmp_path, _pair(ca))
-    first = certs.reloading_ssl_context(cert_file, key_file)
-    assert certs.reloading_ssl_context(cert_file, key_file) is first
+    first = tls.reloading_ssl_context(cert_file, key_file)
+    assert tls.reloading_ssl_context(cert_file, key_file) is first
     assert first.sni_callback is not None
     assert first.minimum_version >= ssl.TLSVersion.TLSv1_2
 
@@ -266,7 +266,7 @@ def test_sidecar_debug_serve_reloads_without_restart_keeping_keepalive_connectio
         # Same CA (reused from the folder), new serving certificate and key.
         assert main(["certs", "generate", "--service", "s", "--namespace", "n",
                      "--out", str(out)]) == 0  # fmt: skip
-        renewed = certs.load_certificates((out / "tls.crt").read_bytes())[0]
+        renewed = pki.load_certificates((out / "tls.crt").read_bytes())[0]
         assert renewed != first
         deadline = time.monotonic() + 20
         seen: list[x509.Certificate] = []

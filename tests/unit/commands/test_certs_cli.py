@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.certs import manager as certs
+from webhook.certs import pki
 from webhook.commands import certs as certs_cli
 from webhook.commands.cli import main
 
@@ -29,14 +29,14 @@ def test_generate_writes_files_with_private_key_modes(
     assert {p.name for p in out.iterdir()} == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
     assert _mode(out / "tls.key") == 0o600 and _mode(out / "ca.key") == 0o600
     assert _mode(out / "tls.crt") == 0o644
-    leaf = certs.load_certificates((out / "tls.crt").read_bytes())[0]
-    ca = certs.load_certificates((out / "ca.crt").read_bytes())
-    assert certs.subject_alt_names(leaf) == [
+    leaf = pki.load_certificates((out / "tls.crt").read_bytes())[0]
+    ca = pki.load_certificates((out / "ca.crt").read_bytes())
+    assert pki.subject_alt_names(leaf) == [
         "hook", "hook.dbg", "hook.dbg.svc", "hook.dbg.svc.k8s.example", "localhost", "127.0.0.1",
     ]  # fmt: skip
-    assert 29.9 < certs.days_left(leaf) <= 30
-    certs.verify_chain(leaf, ca, "hook.dbg.svc")
-    assert certs.key_matches(leaf, certs.load_private_key((out / "tls.key").read_bytes()))
+    assert 29.9 < pki.days_left(leaf) <= 30
+    pki.verify_chain(leaf, ca, "hook.dbg.svc")
+    assert pki.key_matches(leaf, pki.load_private_key((out / "tls.key").read_bytes()))
     assert "wrote" in capsys.readouterr().out
 
 
@@ -48,8 +48,8 @@ def test_generate_again_reuses_the_ca_unless_asked(tmp_path: Path) -> None:
     assert main([*args, "--no-localhost"]) == 0
     assert (tmp_path / "ca.crt").read_bytes() == first_ca
     assert (tmp_path / "tls.crt").read_bytes() != first_leaf
-    leaf = certs.load_certificates((tmp_path / "tls.crt").read_bytes())[0]
-    assert "127.0.0.1" not in certs.subject_alt_names(leaf)
+    leaf = pki.load_certificates((tmp_path / "tls.crt").read_bytes())[0]
+    assert "127.0.0.1" not in pki.subject_alt_names(leaf)
     assert main([*args, "--new-ca"]) == 0
     assert (tmp_path / "ca.crt").read_bytes() != first_ca
 

@@ -1,0 +1,101 @@
+"""The Kubernetes side of the certificates: the TLS Secret and the webhook configurations."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Protocol
+
+
+class ConflictError(RuntimeError):
+    """Someone else changed the object first."""
+
+
+class SecretStore(Protocol):
+    """The few calls the manager makes; plain dicts in and out (tests use an in-memory fake)."""
+
+    def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def create_secret(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    def replace_secret(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    def read_webhook_configuration(self, kind: str, name: str) -> dict[str, Any] | None: ...
+
+    def replace_webhook_configuration(
+        self, kind: str, name: str, body: dict[str, Any]
+    ) -> dict[str, Any]: ...
+
+
+WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+
+
+class KubernetesStore:
+    """SecretStore over the official client, keeping objects as plain dicts.
+
+    Raises ConflictError on 409 (create of an existing object, or a stale resourceVersion)."""
+
+    def __init__(self, api_client: Any = None) -> None:
+        from kubernetes import client
+
+        if api_client is None:
+            api_client = new_api_client()
+        self._core = client.CoreV1Api(api_client)
+        self._admission = client.AdmissionregistrationV1Api(api_client)
+
+    @staticmethod
+    def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = fn(*args, _preload_content=False, **kwargs)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            if exc.status == 409:
+                raise ConflictError(str(exc.reason)) from exc
+            raise
+        body: dict[str, Any] = json.loads(response.data)
+        return body
+
+    def _must(self, result: dict[str, Any] | None, what: str) -> dict[str, Any]:
+        if result is None:
+            raise ConflictError(f"{what} disappeared")
+        return result
+
+    def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._call(self._core.read_namespaced_secret, name, namespace)
+
+    def create_secret(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        result = self._call(self._core.create_namespaced_secret, namespace, body)
+        return self._must(result, "Secret")
+
+    def replace_secret(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        result = self._call(self._core.replace_namespaced_secret, name, namespace, body)
+        return self._must(result, "Secret")
+
+    def _webhook_calls(self, kind: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        if kind == "MutatingWebhookConfiguration":
+            return (
+                self._admission.read_mutating_webhook_configuration,
+                self._admission.replace_mutating_webhook_configuration,
+            )
+        return (
+            self._admission.read_validating_webhook_configuration,
+            self._admission.replace_validating_webhook_configuration,
+        )
+
+    def read_webhook_configuration(self, kind: str, name: str) -> dict[str, Any] | None:
+        return self._call(self._webhook_calls(kind)[0], name)
+
+    def replace_webhook_configuration(
+        self, kind: str, name: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        return self._must(self._call(self._webhook_calls(kind)[1], name, body), kind)
+
+
+def new_api_client() -> Any:
+    """In-cluster configuration when running in a pod, else KUBECONFIG / ~/.kube/config."""
+    from webhook.kube.client import api_client
+
+    return api_client()
