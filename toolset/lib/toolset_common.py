@@ -7,11 +7,14 @@ instead of raising when the kernel refuses to show another container's details.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import NoReturn
@@ -208,19 +211,62 @@ def describe(process: Process) -> str:
     return f"PID {process.pid} ({process.comm}): {process.command_line[:160]}"
 
 
-def perf_map_paths(pid: int) -> list[str]:
-    """Where the JIT runtime's perf map can be read: the shared /tmp, or through the target's
-    root (an ephemeral container shares no volume with the app)."""
-    return [f"/tmp/perf-{pid}.map", f"/proc/{pid}/root/tmp/perf-{pid}.map"]  # noqa: S108
+PERF_MAP_LIMIT = 256 << 20  # a JIT map of a big app is tens of MB; the app chooses its size
+
+
+def perf_map_owners(pid: int) -> set[int]:
+    """Who may own the app's perf map: the app's user, or root."""
+    process = read_process(pid)
+    return {0} | ({process.uid} if process is not None and process.uid >= 0 else set())
+
+
+def local_perf_map(pid: int) -> str:
+    return f"/tmp/perf-{pid}.map"  # noqa: S108 - where perf looks for it
+
+
+def open_perf_map(pid: int) -> tuple[int, str] | None:
+    """The app's JIT perf map, opened for reading without following any link out: the shared
+    /tmp, or through the target's root (an ephemeral container shares no volume with the
+    app), resolved inside that root. (fd, where it was found), or None."""
+    owners = perf_map_owners(pid)
+    try:
+        return open_file(local_perf_map(pid), owners=owners), local_perf_map(pid)
+    except (OSError, UnsafePath):
+        pass
+    inside = f"/tmp/perf-{ns_pid(pid)}.map"  # noqa: S108 - in the app's own filesystem
+    try:
+        fd, resolved = open_in_root(f"/proc/{pid}/root", inside, owners=owners)
+    except (OSError, UnsafePath):
+        return None
+    return fd, f"/proc/{pid}/root{resolved}"
 
 
 def find_perf_map(pid: int) -> str | None:
-    for path in perf_map_paths(pid):
-        try:
-            if os.path.getsize(path) > 0:
-                return path
-        except OSError:
-            continue
+    """Where the app's non-empty perf map is (see open_perf_map), or None."""
+    opened = open_perf_map(pid)
+    if opened is None:
+        return None
+    fd, where = opened
+    try:
+        return where if os.fstat(fd).st_size > 0 else None
+    finally:
+        os.close(fd)
+
+
+def unsafe_perf_map(pid: int) -> str | None:
+    """Why /tmp/perf-PID.map must not be read by a tool that follows links (perf does), or
+    None when it is absent or a plain file of the app's user or root."""
+    path = local_perf_map(pid)
+    try:
+        os.close(open_file(path, owners=perf_map_owners(pid)))
+    except FileNotFoundError:
+        return None
+    except UnsafePath as error:
+        return str(error) if path in str(error) else f"{path}: {error}"
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return f"{path} is a symbolic link"
+        return None
     return None
 
 
@@ -333,3 +379,367 @@ def ensure_tracefs() -> str | None:
         if result.returncode == 0:
             return target
     return None
+
+
+# --- files in volumes the app can write ------------------------------------------------------
+# The shared /tmp and /var/run/lttng are emptyDirs (mode 0777, no sticky bit) that the app's
+# containers write too, possibly as root. Any name there may be a symlink to the sidecar's own
+# files, a FIFO, or a directory swapped between two system calls; and this sidecar runs as root.
+# So the scripts never hand such a path to open() or to a tool: tools write into a private
+# directory on the sidecar's own filesystem (private_workdir), and results are published into
+# the shared volume through directory file descriptors, one component at a time, with
+# O_NOFOLLOW|O_EXCL. Reads of the app's files check with fstat that they got a regular file.
+
+PRIVATE_DIR_ENV = "SIDECAR_DEBUG_PRIVATE_DIR"
+PRIVATE_DIR_DEFAULT = "/var/lib/sidecar-debug"
+MAX_SYMLINKS = 40  # as the kernel's path walk
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class UnsafePath(Exception):
+    """A path the app can write is not what it must be (a symlink, a FIFO, ...): refused."""
+
+
+def file_kind(mode: int) -> str:
+    kinds = [
+        (stat.S_ISLNK, "symbolic link"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISREG, "regular file"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    ]
+    return next((name for test, name in kinds if test(mode)), "special file")
+
+
+def mount_id(fd: int) -> int | None:
+    """The id of the mount an open file is on (/proc/self/fdinfo), or None if unknown."""
+    match = re.search(r"^mnt_id:\s+(\d+)", read_text(f"/proc/self/fdinfo/{fd}") or "", re.M)
+    return int(match.group(1)) if match else None
+
+
+def root_mount_id() -> int | None:
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return mount_id(fd)
+    finally:
+        os.close(fd)
+
+
+def _trusted_symlink(dir_fd: int) -> bool:
+    """Symlinks on the sidecar's own root filesystem (its image, e.g. Debian's /var/run -> /run)
+    are followed: the app cannot write there. Anywhere else, a volume, a link may be the app's."""
+    root = root_mount_id()
+    return root is not None and mount_id(dir_fd) == root
+
+
+def _display(path: str) -> str:
+    """A path for messages: the app chooses its names, control characters included."""
+    return ascii(path)[1:-1] if path.isprintable() else ascii(path)
+
+
+def open_dir(path: str, *, create: bool = False, mode: int = 0o700) -> int:
+    """Open directory `path` (an O_DIRECTORY fd), creating missing components with `mode` when
+    `create`. No symlink is followed except on the sidecar's own root filesystem, so a link
+    the app planted in a shared volume raises UnsafePath instead of redirecting root."""
+    pending = [part for part in os.path.abspath(path).split("/") if part]
+    walked: list[str] = []
+    fd = os.open("/", _DIR_FLAGS)
+    links = 0
+    try:
+        while pending:
+            name = pending.pop(0)
+            if name == "..":  # only from a trusted link's target: restart from the top
+                pending = walked[:-1] + pending
+                walked = []
+                os.close(fd)
+                fd = os.open("/", _DIR_FLAGS)
+                continue
+            try:
+                next_fd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                try:
+                    os.mkdir(name, mode, dir_fd=fd)
+                except FileExistsError:
+                    pass  # created meanwhile (by us or the app): checked by the open below
+                next_fd = -1
+            except OSError as error:
+                if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                next_fd = -1
+            if next_fd < 0:
+                try:
+                    next_fd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError as error:
+                    if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+                        raise
+                    info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    where = "/" + "/".join([*walked, name])
+                    if not stat.S_ISLNK(info.st_mode):
+                        raise UnsafePath(
+                            f"{_display(where)} is a {file_kind(info.st_mode)}, not a directory"
+                        ) from None
+                    if not _trusted_symlink(fd):
+                        raise UnsafePath(
+                            f"{_display(where)} is a symbolic link in a volume the app can "
+                            "write: not followed (remove it, or choose another --out)"
+                        ) from None
+                    links += 1
+                    if links > MAX_SYMLINKS:
+                        raise UnsafePath(f"too many symbolic links in {_display(path)}") from None
+                    target = os.readlink(name, dir_fd=fd)
+                    parts = [part for part in target.split("/") if part and part != "."]
+                    if target.startswith("/"):
+                        pending = parts + pending
+                        walked = []
+                        os.close(fd)
+                        fd = os.open("/", _DIR_FLAGS)
+                    else:
+                        pending = parts + pending
+                    continue
+            os.close(fd)
+            fd = next_fd
+            walked.append(name)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def create_file(dir_fd: int, name: str, mode: int = 0o600, *, replace: bool = True) -> int:
+    """Create `name` in an open directory for writing; never through a link, never into an
+    existing file. With `replace`, an existing non-directory entry is removed first."""
+    if "/" in name or name in ("", ".", ".."):
+        raise ValueError(f"not a plain file name: {name!r}")
+    if replace:
+        try:
+            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            pass
+        else:
+            if stat.S_ISDIR(info.st_mode):
+                raise UnsafePath(f"{_display(name)} is a directory, not a file to replace")
+            os.unlink(name, dir_fd=dir_fd)
+    try:
+        return os.open(name, _CREATE_FLAGS, mode, dir_fd=dir_fd)
+    except FileExistsError:
+        raise UnsafePath(
+            f"{_display(name)} already exists (or appeared while writing): not overwritten"
+        ) from None
+
+
+def write_file(path: str, data: bytes, mode: int = 0o600, *, replace: bool = True) -> None:
+    """Write a new file at `path` (its directory is created) without following any link."""
+    directory, name = os.path.split(os.path.abspath(path))
+    dir_fd = open_dir(directory, create=True)
+    try:
+        with os.fdopen(create_file(dir_fd, name, mode, replace=replace), "wb") as handle:
+            handle.write(data)
+    finally:
+        os.close(dir_fd)
+
+
+def remove_entry(dir_fd: int, name: str) -> None:
+    """Remove `name` from an open directory, whatever it is; a directory's tree is removed
+    through file descriptors (shutil.rmtree with dir_fd follows no link)."""
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        shutil.rmtree(name, dir_fd=dir_fd)
+    else:
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def publish(
+    source: str, dir_fd: int, name: str, *, file_mode: int = 0o600, dir_mode: int = 0o700
+) -> None:
+    """Copy `source` (a file or tree in a private directory) to `name` in an open directory of
+    a shared volume, replacing what is there; links and special files in `source` are skipped
+    (they are the tools' own output, but nothing needs them)."""
+    info = os.stat(source, follow_symlinks=False)
+    if stat.S_ISDIR(info.st_mode):
+        remove_entry(dir_fd, name)
+        try:
+            os.mkdir(name, dir_mode, dir_fd=dir_fd)
+        except FileExistsError:
+            raise UnsafePath(
+                f"{_display(name)} appeared while publishing: not overwritten"
+            ) from None
+        sub_fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+        try:
+            with os.scandir(source) as entries:
+                for entry in entries:
+                    publish(entry.path, sub_fd, entry.name, file_mode=file_mode, dir_mode=dir_mode)
+        finally:
+            os.close(sub_fd)
+    elif stat.S_ISREG(info.st_mode):
+        target = create_file(dir_fd, name, file_mode)
+        with open(source, "rb") as src, os.fdopen(target, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+
+
+def private_base() -> str:
+    """The sidecar's private directory (0700, created): on its own root filesystem, which no
+    other container of the pod can see, or SIDECAR_DEBUG_PRIVATE_DIR when set. Raises OSError
+    or UnsafePath when it cannot be had (a read-only root filesystem, a volume there)."""
+    base = os.environ.get(PRIVATE_DIR_ENV) or PRIVATE_DIR_DEFAULT
+    fd = open_dir(base, create=True, mode=0o700)
+    try:
+        if PRIVATE_DIR_ENV not in os.environ and mount_id(fd) != root_mount_id():
+            raise UnsafePath(
+                f"{base} is a mounted volume, which other containers may share; set "
+                f"{PRIVATE_DIR_ENV} to a directory only the sidecar mounts"
+            )
+    finally:
+        os.close(fd)
+    return base
+
+
+def private_workdir(prefix: str) -> str:
+    """A new directory under private_base(): the tools (perf, lttng's consumer daemon,
+    babeltrace2) write there by path, out of the app's reach."""
+    try:
+        base = private_base()
+    except (OSError, UnsafePath) as error:
+        fail(
+            f"no private directory for the results ({error}): the toolset needs a writable "
+            f"root filesystem, or {PRIVATE_DIR_ENV} naming a directory only the sidecar mounts",
+            EXIT_NOT_POSSIBLE,
+        )
+    return tempfile.mkdtemp(prefix=prefix, dir=base)
+
+
+def open_regular(name: str, dir_fd: int | None = None, *, owners: set[int] | None = None) -> int:
+    """Open a file the app may control for reading: not through a final symlink, not a FIFO or
+    device (O_NONBLOCK: a FIFO cannot block us), and owned by one of `owners` when given."""
+    fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafePath(f"{_display(name)} is a {file_kind(info.st_mode)}, not a regular file")
+        if owners is not None and info.st_uid not in owners:
+            raise UnsafePath(
+                f"{_display(name)} belongs to uid {info.st_uid}, expected one of {sorted(owners)}"
+            )
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_file(path: str, *, owners: set[int] | None = None) -> int:
+    """open_regular for a full path: its directories are walked as open_dir does."""
+    directory, name = os.path.split(os.path.abspath(path))
+    dir_fd = open_dir(directory)
+    try:
+        return open_regular(name, dir_fd, owners=owners)
+    finally:
+        os.close(dir_fd)
+
+
+def resolve_in_root(root: str, path: str) -> tuple[int, str, str]:
+    """Walk `path` as a process whose root directory is `root` (e.g. /proc/PID/root) would:
+    an absolute symlink restarts at `root`, `..` stops at it. The kernel would resolve such a
+    link against the sidecar's root instead, handing the app any of the sidecar's files.
+    Returns (fd of the last directory, last name, the resolved path inside the root); the last
+    name is not a symlink (at the time of the walk)."""
+    root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    stack: list[tuple[int, str]] = []  # (fd, name) of the directories below the root
+    pending = [part for part in path.split("/") if part and part != "."]
+    links = 0
+    try:
+        while True:
+            current = stack[-1][0] if stack else root_fd
+            if not pending:
+                raise UnsafePath(f"{_display(path)} names a directory, not a file")
+            name = pending.pop(0)
+            if name == "..":
+                if stack:
+                    os.close(stack.pop()[0])
+                continue
+            info = os.stat(name, dir_fd=current, follow_symlinks=False)
+            if stat.S_ISLNK(info.st_mode):
+                links += 1
+                if links > MAX_SYMLINKS:
+                    raise UnsafePath(f"too many symbolic links in {_display(path)}")
+                target = os.readlink(name, dir_fd=current)
+                if target.startswith("/"):
+                    while stack:
+                        os.close(stack.pop()[0])
+                pending = [part for part in target.split("/") if part and part != "."] + pending
+                continue
+            if not pending:
+                fd = os.dup(current)
+                resolved = "/" + "/".join([*(n for _, n in stack), name])
+                return fd, name, resolved
+            if not stat.S_ISDIR(info.st_mode):
+                raise UnsafePath(f"{_display(name)} in {_display(path)} is not a directory")
+            stack.append(
+                (
+                    os.open(
+                        name,
+                        os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                        dir_fd=current,
+                    ),
+                    name,
+                )
+            )
+    finally:
+        for fd, _ in stack:
+            os.close(fd)
+        os.close(root_fd)
+
+
+def open_in_root(root: str, path: str, *, owners: set[int] | None = None) -> tuple[int, str]:
+    """Open a regular file of another container through its root (see resolve_in_root):
+    (fd, path resolved inside the root)."""
+    dir_fd, name, resolved = resolve_in_root(root, path)
+    try:
+        return open_regular(name, dir_fd, owners=owners), resolved
+    finally:
+        os.close(dir_fd)
+
+
+def read_fd(fd: int, limit: int) -> bytes:
+    """Read at most `limit` bytes and close the fd."""
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(limit)
+
+
+def remove_links(path: str) -> list[str]:
+    """Remove every symlink, FIFO and device below directory `path` (walked through file
+    descriptors, nothing followed): what a root daemon starting there (lttng-sessiond) would
+    otherwise follow. Returns what was removed, for the log."""
+    removed: list[str] = []
+
+    def clean(dir_fd: int, where: str) -> None:
+        with os.scandir(dir_fd) as entries:
+            listed = list(entries)
+        for entry in listed:
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(info.st_mode):
+                try:
+                    sub = os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd)
+                except OSError:
+                    continue
+                try:
+                    clean(sub, f"{where}/{entry.name}")
+                finally:
+                    os.close(sub)
+            elif not (stat.S_ISREG(info.st_mode) or stat.S_ISSOCK(info.st_mode)):
+                os.unlink(entry.name, dir_fd=dir_fd)
+                removed.append(f"{where}/{entry.name} ({file_kind(info.st_mode)})")
+
+    fd = open_dir(path)
+    try:
+        clean(fd, path.rstrip("/"))
+    finally:
+        os.close(fd)
+    return removed
