@@ -1,6 +1,7 @@
 """`review(body) -> AdmissionReview`: the whole admission decision for one request.
 
-Order: validate the envelope -> decide (pure) -> policy gate -> inject into a copy -> diff.
+Order: validate the envelope -> webhook.inject.pipeline (decide, policy gate, inject into a
+copy, diff).
 Whatever goes wrong, the answer is an AdmissionReview: malformed envelopes are admitted
 unchanged with a message, unknown profiles and policy denials are refused with a reason, and an
 unexpected error admits the pod without a sidecar (failing open for pod creation, never
@@ -18,11 +19,9 @@ from webhook import constants, metrics
 from webhook.admission import review as admission
 from webhook.admission.review import Request, Review
 from webhook.config import Settings
-from webhook.inject.decision import decide
-from webhook.inject.patch import create_patch
-from webhook.inject.sidecar import InjectionPlan, inject_pod
+from webhook.inject import pipeline
 from webhook.logs import REVIEW_LOGGER, log_fields
-from webhook.policy.api import AllowAll, PolicyEngine, PolicyRequest
+from webhook.policy.api import AllowAll, PolicyEngine
 
 log = logging.getLogger(REVIEW_LOGGER)
 HANDLED_API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
@@ -48,11 +47,6 @@ def _ignored(reason: str, message: str) -> Outcome:
 def _pod_name(pod: dict[str, Any]) -> str:
     metadata = pod.get("metadata") or {}
     return str(metadata.get("name") or (metadata.get("generateName") or "") + "*")
-
-
-def _service_account(pod: dict[str, Any]) -> str:
-    spec = pod.get("spec") or {}
-    return str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default")
 
 
 class Mutator:
@@ -154,66 +148,22 @@ class Mutator:
         namespace = str(
             request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or ""
         )
-        decision = decide(pod, namespace, self.settings)
-        if decision.refuse:
-            return Outcome("denied", decision.reason, decision.message)
-        if not decision.inject or decision.profile is None:
-            return Outcome("skipped", decision.reason, decision.message)
-        result = self.policy.evaluate(
-            PolicyRequest(
-                namespace=namespace,
-                service_account=_service_account(pod),
-                user=request.get("userInfo") or {},
-                requested_profile=decision.profile,
-                requested_image=(pod.get("metadata") or {})
-                .get("annotations", {})
-                .get(constants.ANNOTATION_TOOLSET_IMAGE),
-                dry_run=bool(request.get("dryRun")),
-            )
+        result = pipeline.run(
+            pod,
+            namespace,
+            self.settings,
+            self.policy,
+            user=request.get("userInfo") or {},
+            dry_run=bool(request.get("dryRun")),
         )
-        warnings = list(decision.warnings) + list(result.warnings)
-        if not result.allowed:
-            return Outcome(
-                "denied",
-                result.reason,
-                result.message,
-                profile=decision.profile.name,
-                warnings=warnings,
-            )
-        if result.profile is None:
-            return Outcome("skipped", result.reason, result.message, warnings=warnings)
-        profile = self.settings.profiles.get(result.profile)
-        if profile is None:
-            # A policy naming a profile this webhook does not have is a configuration bug:
-            # never guess a substitute, admit the pod as it is.
-            return Outcome(
-                "error",
-                "policy-unknown-profile",
-                f"policy chose unknown profile {result.profile!r}; pod admitted "
-                "without the debug sidecar",
-                warnings=warnings,
-            )
-        plan = InjectionPlan(
-            profile=profile,
-            runtime=decision.runtime,
-            image=result.image,
-            requested_profile=decision.profile.name,
-            grant=result.grant,
-            reason=result.reason,
-            extra_annotations=dict(result.annotations),
-        )
-        mutated, notes = inject_pod(pod, plan, self.settings)
-        warnings += notes.warnings
-        if profile.name != decision.profile.name:
-            warnings.append(f"sidecar-debug: {result.message}")
         return Outcome(
-            "injected",
+            result.status,
             result.reason,
             result.message,
-            patch=create_patch(pod, mutated),
-            profile=profile.name,
+            patch=result.patch,
+            profile=result.profile,
             grant=result.grant,
-            warnings=warnings,
+            warnings=result.warnings,
         )
 
 

@@ -13,25 +13,8 @@ from typing import Any, TextIO
 
 import yaml
 
-from webhook import constants
 from webhook.config import Settings, SettingsError, load_settings
-from webhook.inject.decision import decide
-from webhook.inject.sidecar import InjectionPlan, inject_pod
-
-# Where the pod template lives, by kind (apps/v1, batch/v1).
-TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
-    "Deployment": ("spec", "template"),
-    "StatefulSet": ("spec", "template"),
-    "DaemonSet": ("spec", "template"),
-    "ReplicaSet": ("spec", "template"),
-    "ReplicationController": ("spec", "template"),
-    "Job": ("spec", "template"),
-    "CronJob": ("spec", "jobTemplate", "spec", "template"),
-}
-
-
-class InjectError(ValueError):
-    """A document cannot be injected; the message names the document and the problem."""
+from webhook.inject.workloads import InjectError, inject_document
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,87 +33,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--config", help="settings file, as for `serve`")
     parser.add_argument("--toolset-image", help="toolset image to inject")
     parser.set_defaults(func=run)
-
-
-def inject_template(
-    template: dict[str, Any],
-    namespace: str,
-    settings: Settings,
-    profile: str | None = None,
-    runtime: str | None = None,
-) -> dict[str, Any]:
-    """The injected pod (or pod template); unchanged when the decision is not to inject."""
-    if profile or runtime:
-        # Record the choice on the pod so the webhook and `describe` see the same thing.
-        template = dict(template)
-        metadata = dict(template.get("metadata") or {})
-        annotations = dict(metadata.get("annotations") or {})
-        if profile:
-            annotations[constants.ANNOTATION_PROFILE] = profile
-        if runtime:
-            annotations[constants.ANNOTATION_RUNTIME] = runtime
-        metadata["annotations"] = annotations
-        template["metadata"] = metadata
-    decision = decide(template, namespace, settings)
-    if decision.refuse:
-        raise InjectError(decision.message)
-    if not decision.inject or decision.profile is None:
-        return template
-    plan = InjectionPlan(
-        profile=decision.profile, runtime=decision.runtime, grant="offline", reason="offline-inject"
-    )
-    mutated, notes = inject_pod(template, plan, settings)
-    for warning in notes.warnings + list(decision.warnings):
-        print(warning, file=sys.stderr)
-    return mutated
-
-
-def inject_document(
-    document: Any, settings: Settings, profile: str | None = None, runtime: str | None = None
-) -> Any:
-    if not isinstance(document, dict):
-        return document
-    kind = document.get("kind")
-    namespace = str((document.get("metadata") or {}).get("namespace") or "default")
-    if kind == "List":
-        return {
-            **document,
-            "items": [
-                inject_document(item, settings, profile, runtime)
-                for item in document.get("items") or []
-            ],
-        }
-    if kind == "Pod":
-        if not isinstance(document.get("spec"), dict):
-            raise InjectError(f"Pod {document.get('metadata', {}).get('name')!r} has no spec")
-        return inject_template(document, namespace, settings, profile, runtime)
-    path = TEMPLATE_PATHS.get(str(kind))
-    if path is None:
-        return document
-    parent: Any = document
-    for key in path[:-1]:
-        parent = parent.get(key) if isinstance(parent, dict) else None
-    template = parent.get(path[-1]) if isinstance(parent, dict) else None
-    if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
-        name = (document.get("metadata") or {}).get("name")
-        raise InjectError(f"{kind} {name!r} has no pod template at {'.'.join(path)}.spec")
-    assert isinstance(parent, dict)  # noqa: S101 - narrowed by the loop above
-    result = _copy_path(document, path[:-1])
-    target: Any = result
-    for key in path[:-1]:
-        target = target[key]
-    target[path[-1]] = inject_template(template, namespace, settings, profile, runtime)
-    return result
-
-
-def _copy_path(document: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
-    """Shallow-copy the dicts along `path` so the input document is never modified."""
-    result = dict(document)
-    node = result
-    for key in path:
-        node[key] = dict(node[key])
-        node = node[key]
-    return result
 
 
 def inject_stream(

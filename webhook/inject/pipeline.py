@@ -1,0 +1,140 @@
+"""The one injection pipeline: decide -> ask the policy -> plan -> inject into a copy -> diff.
+
+The webhook's mutation (webhook.admission.mutate) and offline `sidecar-debug inject`
+(webhook.inject.workloads) both call `run`, so a manifest injected offline gets exactly what the
+webhook would patch into the pod (as Istio's kube-inject applies the webhook's own template).
+Pure: no Kubernetes client, no server; the policy is passed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from webhook import constants
+from webhook.admission.review import UserInfo
+from webhook.config import Settings
+from webhook.inject.decision import decide
+from webhook.inject.patch import create_patch
+from webhook.inject.sidecar import InjectionPlan, inject_pod
+from webhook.policy.api import PolicyEngine, PolicyRequest, PolicyResult
+
+Status = Literal["injected", "skipped", "denied", "error"]
+
+
+@dataclass
+class PipelineResult:
+    """What `run` decided; `pod` is the injected copy (the input itself when nothing changed)."""
+
+    status: Status
+    reason: str
+    message: str
+    pod: dict[str, Any]
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    profile: str = ""  # the injected profile, or the requested one when denied
+    grant: str = ""
+    decision_warnings: list[str] = field(default_factory=list)
+    policy_warnings: list[str] = field(default_factory=list)
+    inject_warnings: list[str] = field(default_factory=list)  # what inject_pod had to adapt
+    downgrade_warning: str = ""  # set when the policy chose another profile than requested
+
+    @property
+    def warnings(self) -> list[str]:
+        extra = [self.downgrade_warning] if self.downgrade_warning else []
+        return self.decision_warnings + self.policy_warnings + self.inject_warnings + extra
+
+
+class OfflinePolicy:
+    """Offline `inject` has no cluster to ask: the requested profile, the configured image."""
+
+    def evaluate(self, request: PolicyRequest) -> PolicyResult:
+        return PolicyResult(
+            profile=request.requested_profile.name,
+            allowed=True,
+            reason="offline-inject",
+            message=f"profile {request.requested_profile.name!r} injected offline",
+            grant="offline",
+        )
+
+
+def service_account(pod: dict[str, Any]) -> str:
+    spec = pod.get("spec") or {}
+    return str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default")
+
+
+def run(
+    pod: dict[str, Any],
+    namespace: str,
+    settings: Settings,
+    policy: PolicyEngine,
+    *,
+    user: UserInfo | None = None,
+    dry_run: bool = False,
+) -> PipelineResult:
+    """Inject `pod` (never modified) as the webhook would; the patch turns `pod` into `.pod`."""
+    decision = decide(pod, namespace, settings)
+    warnings = list(decision.warnings)
+    if decision.refuse:
+        return PipelineResult("denied", decision.reason, decision.message, pod)
+    if not decision.inject or decision.profile is None:
+        return PipelineResult("skipped", decision.reason, decision.message, pod)
+    result = policy.evaluate(
+        PolicyRequest(
+            namespace=namespace,
+            service_account=service_account(pod),
+            user=user or {},
+            requested_profile=decision.profile,
+            requested_image=(pod.get("metadata") or {})
+            .get("annotations", {})
+            .get(constants.ANNOTATION_TOOLSET_IMAGE),
+            dry_run=dry_run,
+        )
+    )
+    policy_warnings = list(result.warnings)
+    if not result.allowed:
+        return PipelineResult(
+            "denied", result.reason, result.message, pod, profile=decision.profile.name,
+            decision_warnings=warnings, policy_warnings=policy_warnings,
+        )
+    if result.profile is None:
+        return PipelineResult(
+            "skipped", result.reason, result.message, pod,
+            decision_warnings=warnings, policy_warnings=policy_warnings,
+        )
+    profile = settings.profiles.get(result.profile)
+    if profile is None:
+        # A policy naming a profile this webhook does not have is a configuration bug:
+        # never guess a substitute, admit the pod as it is.
+        return PipelineResult(
+            "error",
+            "policy-unknown-profile",
+            f"policy chose unknown profile {result.profile!r}; pod admitted "
+            "without the debug sidecar",
+            pod,
+            decision_warnings=warnings,
+            policy_warnings=policy_warnings,
+        )
+    plan = InjectionPlan(
+        profile=profile,
+        runtime=decision.runtime,
+        image=result.image,
+        requested_profile=decision.profile.name,
+        grant=result.grant,
+        reason=result.reason,
+        extra_annotations=dict(result.annotations),
+    )
+    mutated, notes = inject_pod(pod, plan, settings)
+    downgraded = profile.name != decision.profile.name
+    return PipelineResult(
+        "injected",
+        result.reason,
+        result.message,
+        mutated,
+        patch=create_patch(pod, mutated),
+        profile=profile.name,
+        grant=result.grant,
+        decision_warnings=warnings,
+        policy_warnings=policy_warnings,
+        inject_warnings=list(notes.warnings),
+        downgrade_warning=f"sidecar-debug: {result.message}" if downgraded else "",
+    )
