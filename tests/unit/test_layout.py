@@ -1,0 +1,112 @@
+"""Layering: the pure core (injection, the policy model and privilege rule, constants, settings)
+imports neither the Kubernetes client nor the server nor webhook.kube, not even lazily or through
+another module. Offline `inject` and the unit tests rely on that, and it keeps the core testable
+without a cluster."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PURE_CORE = (
+    "webhook.inject.decision",
+    "webhook.inject.sidecar",
+    "webhook.inject.patch",
+    "webhook.inject.workloads",
+    "webhook.inject.pipeline",
+    "webhook.policy.model",
+    "webhook.policy.privilege",
+    "webhook.constants",
+    "webhook.config",
+)
+FORBIDDEN = ("kubernetes", "webhook.server", "webhook.kube")
+
+
+def module_file(module: str, root: Path = ROOT) -> Path | None:
+    base = root / module.replace(".", "/")
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def imported_modules(path: Path, root: Path = ROOT) -> set[str]:
+    """Every module `path` imports anywhere (top level, functions, TYPE_CHECKING blocks and
+    importlib.import_module("literal") calls), including the packages on the way."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+            # `from webhook.x import y` may import the submodule webhook.x.y
+            names += [
+                f"{node.module}.{alias.name}"
+                for alias in node.names
+                if module_file(f"{node.module}.{alias.name}", root)
+            ]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            names = [node.args[0].value]
+        for name in names:
+            parts = name.split(".")
+            found.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+    return found
+
+
+def forbidden_imports(start: str, root: Path = ROOT) -> list[str]:
+    """Import chains from `start` that reach a FORBIDDEN module, e.g. 'a -> b -> kubernetes'."""
+    chains: set[str] = set()
+    seen: set[str] = set()
+    stack: list[tuple[str, tuple[str, ...]]] = [(start, (start,))]
+    while stack:
+        module, chain = stack.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        path = module_file(module, root)
+        if path is None:
+            continue
+        for imported in sorted(imported_modules(path, root)):
+            hit = [f for f in FORBIDDEN if imported == f or imported.startswith(f + ".")]
+            if hit:
+                chains.add(" -> ".join((*chain, hit[0])))
+            elif imported.startswith("webhook"):
+                stack.append((imported, (*chain, imported)))
+    return sorted(chains)
+
+
+@pytest.mark.parametrize("module", PURE_CORE)
+def test_pure_core_imports_no_client_and_no_server(module: str) -> None:
+    assert module_file(module) is not None, f"{module} moved: update PURE_CORE"
+    assert forbidden_imports(module) == []
+
+
+def test_the_check_sees_lazy_and_indirect_imports(tmp_path: Path) -> None:
+    package = tmp_path / "webhook"
+    (package / "inject").mkdir(parents=True)
+    for init in (package / "__init__.py", package / "inject" / "__init__.py"):
+        init.write_text("")
+    (package / "inject" / "core.py").write_text("from webhook.inject import helper\n")
+    (package / "inject" / "helper.py").write_text(
+        "def later():\n    from webhook.kube import client\n"
+    )
+    (package / "inject" / "lazy.py").write_text(
+        "import importlib\nimportlib.import_module('kubernetes.client')\n"
+    )
+    assert forbidden_imports("webhook.inject.core", tmp_path) == [
+        "webhook.inject.core -> webhook.inject.helper -> webhook.kube"
+    ]
+    assert forbidden_imports("webhook.inject.lazy", tmp_path) == [
+        "webhook.inject.lazy -> kubernetes"
+    ]
