@@ -258,11 +258,11 @@ class Settings:
 
     toolset_image: str = "ghcr.io/sidecar-debug/toolset:0.1.0"
     image_pull_policy: str = "IfNotPresent"
-    sidecar_name: str = "debug-toolset"
+    sidecar_name: str = constants.DEFAULT_SIDECAR_NAME
     # The toolset's entrypoint starts the LTTng session daemon, then idles; with
     # `--wait-ready` it returns once the daemon is up (used as the postStart hook).
-    sidecar_command: tuple[str, ...] = ("toolset-entrypoint",)
-    sidecar_ready_command: tuple[str, ...] = ("toolset-entrypoint", "--wait-ready")
+    sidecar_command: tuple[str, ...] = (constants.TOOLSET_ENTRYPOINT,)
+    sidecar_ready_command: tuple[str, ...] = (constants.TOOLSET_ENTRYPOINT, "--wait-ready")
     sidecar_resources: Mapping[str, Any] = field(default_factory=lambda: dict(_DEFAULT_RESOURCES))
     # A native sidecar (init container with restartPolicy Always, Kubernetes >= 1.29) instead
     # of the first app container with a postStart wait.
@@ -277,7 +277,7 @@ class Settings:
     label_disabled: str = constants.LABEL_VALUE_DISABLED
     policy_path: str | None = None
     # ClusterRoles granting `use` on a profile are named PREFIX + profile (the chart's naming).
-    profile_role_prefix: str = "sidecar-debug-profile-"
+    profile_role_prefix: str = constants.DEFAULT_ROLE_PREFIX
     # Server.
     port: int = 8443
     bind_address: str = "0.0.0.0"  # noqa: S104 - a webhook must be reachable through its Service
@@ -293,9 +293,9 @@ class Settings:
     sar_cache_seconds: float = 10.0
     # Certificates (see webhook.certs).
     certificates_mode: str = "provided"
-    certificates_secret: str = "sidecar-debug-tls"  # noqa: S105 - a Secret name, not a secret
-    service_name: str = "sidecar-debug"
-    webhook_configuration: str = "sidecar-debug"
+    certificates_secret: str = constants.DEFAULT_CERTIFICATES_SECRET
+    service_name: str = constants.PRODUCT
+    webhook_configuration: str = constants.PRODUCT
     cluster_domain: str = "cluster.local"
 
     @property

@@ -7,6 +7,14 @@ from typing import Final
 
 DOMAIN: Final = "sidecar-debug.io"
 
+# Default names (each is a setting or a flag; these are what an unconfigured install uses).
+PRODUCT: Final = "sidecar-debug"  # Service, webhook configurations, managed-by label value
+DEFAULT_SIDECAR_NAME: Final = "debug-toolset"  # the injected container; `attach` prefix too
+TOOLSET_ENTRYPOINT: Final = "toolset-entrypoint"  # the toolset image's entrypoint command
+DEFAULT_CERTIFICATES_SECRET: Final = f"{PRODUCT}-tls"
+DEFAULT_ROLE_PREFIX: Final = f"{PRODUCT}-profile-"  # the chart's `<fullname>-profile-<name>`
+CA_COMMON_NAME: Final = f"{PRODUCT}-ca"
+
 # Opt in / opt out (the key and values are settings; these are the defaults).
 LABEL_DEBUG: Final = "debug"
 LABEL_VALUE_ENABLED: Final = "enabled"
@@ -33,7 +41,7 @@ LABEL_POD_SECURITY_ENFORCE: Final = "pod-security.kubernetes.io/enforce"
 
 # Labels and type of the TLS Secret the webhook manages itself (certificatesMode self).
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
-MANAGED_BY_VALUE: Final = "sidecar-debug"
+MANAGED_BY_VALUE: Final = PRODUCT
 SECRET_TYPE_TLS: Final = "kubernetes.io/tls"  # noqa: S105 - a type name, not a password
 
 # RBAC grant for privileged profiles (the PodSecurityPolicy "use" model).

@@ -9,7 +9,7 @@ from typing import Any
 
 from webhook import jsonio
 
-REVIEW_LOGGER = "sidecar_debug.review"
+REVIEW_LOGGER = "webhook.admission.mutate"  # the review log: one line per AdmissionReview
 
 
 class JsonFormatter(logging.Formatter):

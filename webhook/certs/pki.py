@@ -21,6 +21,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from webhook import constants
+
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
 
@@ -33,7 +35,7 @@ BACKDATE = dt.timedelta(minutes=5)
 KEY_TLS_CRT, KEY_TLS_KEY, KEY_CA_CRT, KEY_CA_KEY = "tls.crt", "tls.key", "ca.crt", "ca.key"
 KEY_CA_NEXT_KEY = "ca-next.key"
 
-CA_COMMON_NAME = "sidecar-debug-ca"
+CA_COMMON_NAME = constants.CA_COMMON_NAME
 
 
 DEFAULT_CA_VALIDITY = dt.timedelta(days=3650)
@@ -113,7 +115,7 @@ def generate_ca(
     name = x509.Name(
         [
             x509.NameAttribute(NameOID.COMMON_NAME, f"{common_name}@{int(now.timestamp())}"),
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "sidecar-debug"),
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, constants.PRODUCT),
         ]
     )
     ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())

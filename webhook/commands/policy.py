@@ -175,7 +175,7 @@ def explain_command(args: argparse.Namespace) -> int:
     if settings is None:
         return 2
     # The steps below already show failed checks; the gate's own log lines would repeat them.
-    logging.getLogger("webhook.policy.gate").setLevel(logging.ERROR)
+    logging.getLogger("webhook.policy").setLevel(logging.ERROR)
     if args.policy is not None:
         settings = dataclasses.replace(settings, policy_path=args.policy)
     try:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from webhook import constants
 from webhook.sessions import session as sessions
 
 
@@ -21,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     common.add_argument("-c", "--container",
                         help="toolset container (default: the injected sidecar, else the newest "
                         "container added by `attach`)")
-    common.add_argument("--sidecar-name", default="debug-toolset",
+    common.add_argument("--sidecar-name", default=constants.DEFAULT_SIDECAR_NAME,
                         help="name of the injected sidecar (default debug-toolset)")
 
     target = argparse.ArgumentParser(add_help=False)

@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 
 
 # The chart names its grant ClusterRoles `<fullname>-profile-<name>`; default release name.
-DEFAULT_ROLE_PREFIX = "sidecar-debug-profile-"
 
 
 # How long a failed namespace look-up is remembered (at most sarCacheSeconds).
@@ -122,7 +121,7 @@ class PolicyGate:
         store: PolicyStore,
         cluster: ClusterAPI,
         *,
-        role_prefix: str = DEFAULT_ROLE_PREFIX,
+        role_prefix: str = constants.DEFAULT_ROLE_PREFIX,
         wall_clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -563,5 +562,5 @@ def load_policy_engine(
     i.e. privileged profiles only with the RBAC grant, downgrade otherwise). Raises PolicyError
     naming file and line when the policy is invalid: the webhook must not start with it."""
     store = PolicyStore(settings.policy_path, settings.profiles, check_interval=check_interval)
-    prefix = role_prefix or settings.profile_role_prefix or DEFAULT_ROLE_PREFIX
+    prefix = role_prefix or settings.profile_role_prefix or constants.DEFAULT_ROLE_PREFIX
     return PolicyGate(settings, store, cluster or KubernetesClusterAPI(), role_prefix=prefix)

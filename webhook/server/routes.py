@@ -22,7 +22,7 @@ from webhook.admission.review import Review
 from webhook.config import Settings
 from webhook.policy.api import PolicyEngine
 
-log = logging.getLogger("sidecar_debug.http")
+log = logging.getLogger(__name__)
 JSON = "application/json"
 
 # A validating review of namespace changes (the policy's namespace-label gate), if enabled.

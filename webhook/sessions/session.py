@@ -37,7 +37,7 @@ EXIT_NO_TOOLSET = 5  # the pod has no toolset container (not injected, not attac
 EXIT_API = 6  # the Kubernetes API refused or failed
 
 REMOTE_BASE = "/tmp/sidecar-debug"  # noqa: S108 - in the pod, under its emptyDir
-ATTACH_PREFIX = "debug-toolset"
+ATTACH_PREFIX = constants.DEFAULT_SIDECAR_NAME
 
 
 class SessionError(Exception):
@@ -63,7 +63,7 @@ class Session:
     pod: str
     namespace: str
     container: str | None = None
-    sidecar_name: str = "debug-toolset"
+    sidecar_name: str = constants.DEFAULT_SIDECAR_NAME
     err: TextIO = field(default_factory=lambda: sys.stderr)
 
     @property
@@ -321,7 +321,7 @@ def ephemeral_container(name: str, image: str, target: str, pull_policy: str,
         "name": name,
         "image": image,
         "imagePullPolicy": pull_policy,
-        "command": ["toolset-entrypoint"],
+        "command": [constants.TOOLSET_ENTRYPOINT],
         "targetContainerName": target,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
