@@ -27,6 +27,12 @@ pytestmark = pytest.mark.chart
 
 CI = CHART / "ci"
 EXCLUDED = ["kube-system", "kube-public", "kube-node-lease", NAMESPACE]
+POD_RULES = [
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+     "resources": ["pods"], "scope": "Namespaced"},
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+     "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"},
+]  # fmt: skip
 
 
 def ci(name: str) -> Path:
@@ -51,10 +57,9 @@ def test_two_webhook_entries_with_fixed_admission_settings() -> None:
         assert hook["timeoutSeconds"] == 5
         assert hook["reinvocationPolicy"] == "IfNeeded"
         assert hook["matchPolicy"] == "Equivalent"
-        assert hook["rules"] == [
-            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-             "resources": ["pods"], "scope": "Namespaced"}
-        ]  # fmt: skip
+        # Pods created, and ephemeral containers added to running pods (attach, kubectl debug):
+        # both go through the same gate.
+        assert hook["rules"] == POD_RULES
         assert hook["clientConfig"]["service"] == {
             "name": FULLNAME, "namespace": NAMESPACE, "path": "/mutate", "port": 443,
         }  # fmt: skip
@@ -169,24 +174,6 @@ def rules_of(
     ]
 
 
-def test_webhook_cluster_role_holds_only_what_it_uses() -> None:
-    manifest = render()
-    role = manifest.one("ClusterRole", FULLNAME)
-    assert rules_of(role) == [
-        (("authorization.k8s.io",), ("subjectaccessreviews",), (), ("create",)),
-        (("",), ("namespaces",), (), ("get", "list", "watch")),
-        (("admissionregistration.k8s.io",),
-         ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"),
-         (FULLNAME,), ("get", "patch", "update")),
-        (("", "events.k8s.io"), ("events",), (), ("create", "patch")),
-    ]  # fmt: skip
-    binding = manifest.one("ClusterRoleBinding", FULLNAME)
-    assert binding["roleRef"]["name"] == FULLNAME
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}
-    ]
-
-
 def test_no_wildcards_anywhere() -> None:
     for scenario in [None, *sorted(CI.glob("*.yaml"))]:
         manifest = render([scenario] if scenario else [])
@@ -196,26 +183,35 @@ def test_no_wildcards_anywhere() -> None:
                     assert "*" not in rule.get(field, []), (role["metadata"]["name"], rule)
 
 
-def test_secret_role_in_release_namespace_for_self_mode() -> None:
+def test_webhook_roles_one_per_purpose_bound_to_its_service_account() -> None:
+    """The rules themselves are compared with the code in test_chart_rbac.py."""
     manifest = render()
-    role = manifest.one("Role", FULLNAME)
+    purposes = ["access-review", "namespace-reader", "webhook-configuration"]
+    for purpose in purposes:
+        name = f"{FULLNAME}-{purpose}"
+        assert manifest.one("ClusterRole", name)
+        binding = manifest.one("ClusterRoleBinding", name)
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name,
+        }  # fmt: skip
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}
+        ]
+    role = manifest.one("Role", f"{FULLNAME}-tls-secret")
     assert role["metadata"]["namespace"] == NAMESPACE
-    assert rules_of(role) == [
-        (("",), ("secrets",), (), ("create",)),
-        (("",), ("secrets",), (f"{FULLNAME}-tls",), ("get", "list", "watch", "update", "patch")),
-    ]
-    assert manifest.one("RoleBinding", FULLNAME)["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": FULLNAME,
-    }  # fmt: skip
+    assert rules_of(role) == [(("",), ("secrets",), (f"{FULLNAME}-tls",), ("get", "update"))]
+    binding = manifest.one("RoleBinding", f"{FULLNAME}-tls-secret")
+    assert binding["metadata"]["namespace"] == NAMESPACE
+    assert binding["roleRef"]["name"] == f"{FULLNAME}-tls-secret"
 
 
 @pytest.mark.parametrize("scenario", ["certmanager", "provided"])
-def test_other_cert_modes_need_no_secret_or_webhook_writes(scenario: str) -> None:
+def test_other_cert_modes_need_no_secret_or_webhook_configuration_rights(scenario: str) -> None:
     manifest = render([ci(scenario)])
-    assert not manifest.has("Role")
-    assert not manifest.has("RoleBinding")
-    webhook_rule = rules_of(manifest.one("ClusterRole", FULLNAME))[2]
-    assert webhook_rule[3] == ("get",)
+    assert not manifest.has("Role", f"{FULLNAME}-tls-secret")
+    assert not manifest.has("ClusterRole", f"{FULLNAME}-webhook-configuration")
+    assert manifest.has("ClusterRole", f"{FULLNAME}-access-review")
+    assert manifest.has("ClusterRole", f"{FULLNAME}-namespace-reader")
 
 
 def test_profile_grant_cluster_roles() -> None:
@@ -252,7 +248,7 @@ def test_release_named_like_the_chart_gets_the_documented_role_names() -> None:
         if doc and doc["kind"] == "ClusterRole"
     }
     assert "sidecar-debug-profile-full" in names
-    assert "sidecar-debug" in names
+    assert "sidecar-debug-access-review" in names
 
 
 def test_aggregated_view_role() -> None:
@@ -265,6 +261,49 @@ def test_aggregated_view_role() -> None:
     assert configmaps["resourceNames"] == [
         f"{FULLNAME}-config", f"{FULLNAME}-profiles", f"{FULLNAME}-policies",
     ]  # fmt: skip
+
+
+SETTINGS_CONFIGMAPS = [f"{FULLNAME}-config", f"{FULLNAME}-profiles", f"{FULLNAME}-policies"]
+
+
+def test_settings_configmaps_are_labelled_and_point_at_each_other() -> None:
+    """`sidecar-debug attach` finds the installed settings from the webhook configuration's
+    annotation, then the profiles and policies from the config ConfigMap's annotations."""
+    manifest = render()
+    for name in SETTINGS_CONFIGMAPS:
+        labels = manifest.one("ConfigMap", name)["metadata"]["labels"]
+        assert labels["app.kubernetes.io/component"] == "settings"
+        assert labels["app.kubernetes.io/part-of"] == "sidecar-debug"
+        assert labels["app.kubernetes.io/instance"] == "sd"
+    mwc = manifest.one("MutatingWebhookConfiguration", FULLNAME)
+    namespace, name = mwc["metadata"]["annotations"]["sidecar-debug.io/settings"].split("/")
+    config = manifest.one("ConfigMap", name)
+    assert namespace == NAMESPACE
+    assert config["metadata"]["annotations"] == {
+        "sidecar-debug.io/profiles-configmap": f"{FULLNAME}-profiles",
+        "sidecar-debug.io/policies-configmap": f"{FULLNAME}-policies",
+    }
+    assert yaml.safe_load(config["data"]["config.yaml"])["toolsetImage"]
+
+
+def test_settings_are_readable_by_every_authenticated_user_by_default() -> None:
+    manifest = render()
+    role = manifest.one("Role", f"{FULLNAME}-settings-reader")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert rules_of(role) == [(("",), ("configmaps",), tuple(SETTINGS_CONFIGMAPS), ("get",))]
+    binding = manifest.one("RoleBinding", f"{FULLNAME}-settings-reader")
+    assert binding["metadata"]["namespace"] == NAMESPACE
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}
+    ]
+    reader = "rbac.settingsReaders[0]"
+    narrowed = render(sets=[f"{reader}.kind=Group", f"{reader}.name=developers",
+                            f"{reader}.apiGroup=rbac.authorization.k8s.io"])  # fmt: skip
+    subjects = narrowed.one("RoleBinding", f"{FULLNAME}-settings-reader")["subjects"]
+    assert [s["name"] for s in subjects] == ["developers"]
+    off = render(sets=["rbac.settingsReaders=null"])
+    assert not off.has("Role", f"{FULLNAME}-settings-reader")
+    assert not off.has("RoleBinding", f"{FULLNAME}-settings-reader")
 
 
 def test_rbac_can_be_left_to_the_platform_team() -> None:
@@ -597,7 +636,8 @@ def test_provided_mode() -> None:
     ca_bundle = yaml.safe_load((ci("provided")).read_text())["certificates"]["provided"]["caBundle"]
     for hook in manifest.webhooks().values():
         assert hook["clientConfig"]["caBundle"] == ca_bundle
-    assert "annotations" not in manifest.one("MutatingWebhookConfiguration")["metadata"]
+    annotations = manifest.one("MutatingWebhookConfiguration")["metadata"]["annotations"]
+    assert annotations == {"sidecar-debug.io/settings": f"{NAMESPACE}/{FULLNAME}-config"}
     assert_tls_mounted(manifest, "webhook-tls")
     assert re.fullmatch("[0-9a-f]{64}", checksum(manifest, "checksum/tls"))
     other = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nother\n-----END CERTIFICATE-----\n")
@@ -624,9 +664,12 @@ def assert_tls_mounted(manifest: Manifest, secret: str) -> None:
 def test_self_mode_leaves_ca_bundle_to_the_webhook() -> None:
     manifest = render()
     mwc = manifest.one("MutatingWebhookConfiguration", FULLNAME)
-    assert mwc["metadata"]["annotations"] == {"sidecar-debug.io/ca-bundle": "managed-by-webhook"}
-    # The webhook creates the Secret; a rendered one would be replaced on every upgrade.
-    assert not manifest.has("Secret")
+    assert mwc["metadata"]["annotations"] == {
+        "sidecar-debug.io/ca-bundle": "managed-by-webhook",
+        "sidecar-debug.io/settings": f"{NAMESPACE}/{FULLNAME}-config",
+    }
+    # The chart creates the Secret once (test_chart_rbac.py); its data is the webhook's.
+    assert manifest.one("Secret")["metadata"]["annotations"]["helm.sh/hook"] == "pre-install"
 
 
 # ---------------------------------------------------------------- helm test, NOTES

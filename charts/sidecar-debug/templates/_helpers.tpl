@@ -170,15 +170,17 @@ profiles and/or runtimes replaced by the values. Returns YAML; use with fromYaml
 
 {{/*
 Names of the active profiles that need an RBAC grant, with the same rule as the webhook
-(webhook/policy/privilege.py privilege_reasons): privileged, capabilities beyond the Pod Security
-baseline, hostPaths, or allowPrivilegeEscalation. Returns a YAML list.
+(webhook/policy/privilege.py privilege_reasons; tests/chart/test_chart_privilege.py compares the
+two): privileged, capabilities beyond the Pod Security baseline, hostPaths, seccomp Unconfined,
+or allowPrivilegeEscalation. Returns a YAML list.
 */}}
 {{- define "sidecar-debug.privilegedProfiles" -}}
 {{- $baseline := list "AUDIT_WRITE" "CHOWN" "DAC_OVERRIDE" "FOWNER" "FSETID" "KILL" "MKNOD" "NET_BIND_SERVICE" "SETFCAP" "SETGID" "SETPCAP" "SETUID" "SYS_CHROOT" -}}
 {{- $names := list -}}
 {{- range (include "sidecar-debug.profileSet" . | fromYaml).profiles -}}
 {{- $sc := default dict .securityContext -}}
-{{- $grant := or $sc.privileged .hostPaths (eq (toString $sc.allowPrivilegeEscalation) "true") -}}
+{{- $unconfined := eq (toString (default dict $sc.seccompProfile).type) "Unconfined" -}}
+{{- $grant := or $sc.privileged .hostPaths $unconfined (eq (toString $sc.allowPrivilegeEscalation) "true") -}}
 {{- range (default dict $sc.capabilities).add -}}
 {{- if not (has (trimPrefix "CAP_" .) $baseline) -}}
 {{- $grant = true -}}

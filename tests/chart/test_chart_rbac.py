@@ -1,0 +1,354 @@
+"""The webhook's own RBAC: exactly the API calls its code makes, nothing more, nothing less.
+
+The calls are found in the source, not listed by hand: every kubernetes client method the
+webhook's code names (its HTTP method and path come from the installed client itself) and every
+raw request it builds from an HTTP method and an `/api...` path. Each maps to the
+(API group, resource, verb) RBAC authorizes, and the test compares that set with the rules the
+chart binds to the webhook's ServiceAccount, both ways.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.chart.helm import CHART, FULLNAME, NAMESPACE, REPO, Manifest, render
+
+pytestmark = pytest.mark.chart
+
+WEBHOOK = REPO / "webhook"
+# Packages whose API calls run with other credentials than the webhook's ServiceAccount.
+OTHER_CREDENTIALS = {
+    "commands": "CLI commands run with the user's kubeconfig",
+    "sessions": "session commands (exec, attach, copy) run with the user's kubeconfig",
+    "controller": "the controller (issue 13) has its own ServiceAccount",
+}
+# Calls only certificatesMode `self` makes (webhook.certs rotation through webhook.kube.secrets).
+SELF_MODE_RESOURCES = {
+    "secrets", "mutatingwebhookconfigurations", "validatingwebhookconfigurations",
+}  # fmt: skip
+HTTP_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
+
+Permission = tuple[str, str, str]  # (API group, resource[/subresource], verb)
+
+
+@dataclass(frozen=True)
+class Call:
+    permission: Permission
+    where: str  # file:line, for the failure message
+
+
+# ---------------------------------------------------------------- paths -> permissions
+
+
+def permission_of(method: str, path: str) -> Permission:
+    """What RBAC checks for `method path` (a path template such as the client's)."""
+    parts = path.split("?", 1)[0].strip("/").split("/")
+    if parts[0] == "api":
+        group, rest = "", parts[2:]
+    elif parts[0] == "apis":
+        group, rest = parts[1], parts[3:]
+    else:
+        raise ValueError(f"not a Kubernetes API path: {path}")
+    # /namespaces/{namespace}/<resource>...: a namespaced resource; /namespaces/{name}[/status]
+    # is the Namespace itself.
+    if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
+        rest = rest[2:]
+    resource = rest[0] if len(rest) < 3 else f"{rest[0]}/{rest[2]}"
+    named = len(rest) >= 2
+    method = method.upper()
+    if method == "GET":
+        verb = "get" if named else "list"
+    elif method == "DELETE":
+        verb = "delete" if named else "deletecollection"
+    else:
+        verb = HTTP_VERBS[method]
+    return (group, resource, verb)
+
+
+@functools.cache
+def api_classes() -> tuple[type, ...]:
+    """Every API class of the installed kubernetes client (CoreV1Api, ...)."""
+    from kubernetes import client
+
+    names = [name for name in dir(client) if name.endswith("Api") and name != "ApiClient"]
+    return tuple(cls for cls in (getattr(client, n) for n in names) if inspect.isclass(cls))
+
+
+@functools.cache
+def client_requests(name: str) -> frozenset[tuple[str, str]]:
+    """{(HTTP method, path)} of the client method `name` across the API classes; empty when no
+    API class has a method of that name."""
+    if name.startswith("_") or name.endswith("_with_http_info"):
+        return frozenset()
+    found = set()
+    for cls in api_classes():
+        if callable(getattr(cls, name, None)):
+            request = _request_of(cls, name)
+            if request is not None:
+                found.add(request)
+    return frozenset(found)
+
+
+def _request_of(cls: type, name: str) -> tuple[str, str] | None:
+    # Clients from 29 on build the request in `_<name>_serialize`; older ones call
+    # `call_api('<path>', '<METHOD>', ...)` in `<name>_with_http_info`.
+    for helper in (f"_{name}_serialize", f"{name}_with_http_info"):
+        function = getattr(cls, helper, None)
+        if function is None:
+            continue
+        source = inspect.getsource(function)
+        new = re.search(r"method='([A-Z]+)',\s*resource_path='([^']+)'", source)
+        if new:
+            return new.group(1), new.group(2)
+        old = re.search(r"call_api\(\s*'([^']+)',\s*'([A-Z]+)'", source)
+        if old:
+            return old.group(2), old.group(1)
+    return None
+
+
+# ---------------------------------------------------------------- source -> calls
+
+
+def _path_template(node: ast.expr) -> str | None:
+    """A string constant or f-string as a path template (`{...}` for each placeholder)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(
+            str(v.value) if isinstance(v, ast.Constant) else "{x}" for v in node.values
+        )  # fmt: skip
+    return None
+
+
+def _is_api_path(text: str | None) -> bool:
+    return bool(text) and re.match(r"^/apis?/", text or "") is not None
+
+
+def calls_in(source: str, where: str) -> Iterator[Call]:
+    """Kubernetes API calls in one module's source."""
+    tree = ast.parse(source)
+    # A list call fed to kubernetes.watch also needs `watch`.
+    watches = re.search(r"kubernetes\.watch|from kubernetes import .*\bwatch\b", source) is not None
+    accounted: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            for http_method, path in sorted(client_requests(node.attr)):
+                permission = permission_of(http_method, path)
+                yield Call(permission, f"{where}:{node.lineno} {node.attr}")
+                if watches and permission[2] == "list":
+                    yield Call((*permission[:2], "watch"), f"{where}:{node.lineno} {node.attr}")
+        if isinstance(node, ast.Call):
+            args = list(node.args)
+            for first, second in zip(args, args[1:], strict=False):
+                method = _path_template(first)
+                template = _path_template(second)
+                if method in {"GET", "POST", "PUT", "PATCH", "DELETE"} and template:
+                    if _is_api_path(template):
+                        accounted.add(id(second))
+                        yield Call(
+                            permission_of(method, template), f"{where}:{node.lineno} {method}"
+                        )
+    # A path built anywhere else would be a call this scanner cannot see: fail loudly instead.
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant | ast.JoinedStr) and id(node) not in accounted:
+            text = _path_template(node)
+            if _is_api_path(text) and not _inside_joined(tree, node):
+                raise AssertionError(
+                    f"{where}:{node.lineno}: API path {text!r} outside a (METHOD, path) call; "
+                    "teach tests/chart/test_chart_rbac.py how this call is made"
+                )
+
+
+def _inside_joined(tree: ast.AST, node: ast.AST) -> bool:
+    return any(
+        isinstance(parent, ast.JoinedStr) and node in parent.values for parent in ast.walk(tree)
+    )
+
+
+def webhook_calls(root: Path = WEBHOOK) -> list[Call]:
+    """Every API call in the code that runs with the webhook's ServiceAccount."""
+    found: list[Call] = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[0] in OTHER_CREDENTIALS:
+            continue
+        found += calls_in(path.read_text(), str(path.relative_to(REPO)))
+    return found
+
+
+# ---------------------------------------------------------------- rendered RBAC -> permissions
+
+
+@dataclass(frozen=True)
+class Grant:
+    permission: Permission
+    resource_names: tuple[str, ...]
+    role: str  # Kind/name
+    namespace: str | None  # a Role's namespace; None for a ClusterRole bound cluster-wide
+
+
+def grants_of(manifest: Manifest, service_account: str, namespace: str = NAMESPACE) -> list[Grant]:
+    roles = {
+        (doc["kind"], doc["metadata"]["name"]): doc
+        for doc in manifest
+        if doc["kind"] in ("Role", "ClusterRole")
+    }
+    found: list[Grant] = []
+    for binding in manifest.all("RoleBinding") + manifest.all("ClusterRoleBinding"):
+        subjects = binding.get("subjects") or []
+        if not any(
+            s["kind"] == "ServiceAccount"
+            and s["name"] == service_account
+            and s.get("namespace", namespace) == namespace
+            for s in subjects
+        ):
+            continue
+        ref = binding["roleRef"]
+        role = roles[(ref["kind"], ref["name"])]
+        scope = binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else None
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        found.append(Grant((group, resource, verb),
+                                           tuple(rule.get("resourceNames", ())),
+                                           f"{ref['kind']}/{ref['name']}", scope))  # fmt: skip
+    return found
+
+
+def _compare(used: Iterable[Permission], granted: Iterable[Permission], detail: str) -> None:
+    used_set, granted_set = set(used), set(granted)
+    unused = sorted(granted_set - used_set)
+    ungranted = sorted(used_set - granted_set)
+    assert not unused and not ungranted, (
+        f"granted but never called: {unused}\ncalled but not granted: {ungranted}\n{detail}"
+    )
+
+
+def _where(calls: list[Call]) -> str:
+    return "calls found:\n" + "\n".join(f"  {c.permission} at {c.where}" for c in calls)
+
+
+# ---------------------------------------------------------------- the tests
+
+
+def test_the_scanner_finds_the_calls_the_webhook_is_known_to_make() -> None:
+    used = {call.permission for call in webhook_calls()}
+    # The policy gate's SubjectAccessReviews and namespace look-ups: if these are not found, the
+    # scanner is blind, and the comparison below would pass for the wrong reason.
+    assert ("authorization.k8s.io", "subjectaccessreviews", "create") in used
+    assert ("", "namespaces", "get") in used
+    assert ("", "secrets", "get") in used
+
+
+def test_the_scanner_maps_client_methods_and_raw_requests(tmp_path: Path) -> None:
+    source = """
+from kubernetes import client, watch
+def f(api, pool):
+    api.read_namespaced_secret("n", "ns")
+    api.patch_mutating_webhook_configuration("n", {})
+    api.list_namespaced_pod("ns")
+    api.create_namespaced_pod_eviction("p", "ns", {})
+    pool.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=None)
+    call("GET", f"/api/v1/namespaces/{name}")
+    call("PUT", f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}")
+"""
+    assert sorted({c.permission for c in calls_in(source, "x.py")}) == [
+        ("", "namespaces", "get"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+        ("", "pods/eviction", "create"),
+        ("", "secrets", "get"),
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "patch"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
+        ("coordination.k8s.io", "leases", "update"),
+    ]
+    with pytest.raises(AssertionError, match="outside a"):
+        list(calls_in('PATH = "/api/v1/events"\n', "y.py"))
+
+
+def test_webhook_rbac_is_exactly_what_its_code_calls() -> None:
+    calls = webhook_calls()
+    grants = grants_of(render(), FULLNAME)
+    _compare([c.permission for c in calls], [g.permission for g in grants], _where(calls))
+
+
+@pytest.mark.parametrize("scenario", ["certmanager", "provided"])
+def test_without_self_mode_the_certificate_calls_are_not_granted(scenario: str) -> None:
+    calls = webhook_calls()
+    used = [c.permission for c in calls if c.permission[1] not in SELF_MODE_RESOURCES]
+    grants = grants_of(render([CHART / "ci" / f"{scenario}-values.yaml"]), FULLNAME)
+    _compare(used, [g.permission for g in grants], _where(calls))
+
+
+def test_nothing_the_issue_forbids_is_granted() -> None:
+    """Issue 12: no events, no namespace list/watch, no secret list/watch/patch, no unnamed
+    secret access, no wildcard; every write is limited by resourceNames."""
+    for scenario in [None, *sorted((CHART / "ci").glob("*.yaml"))]:
+        manifest = render([scenario] if scenario else [])
+        grants = grants_of(manifest, FULLNAME)
+        assert grants, scenario
+        for grant in grants:
+            group, resource, verb = grant.permission
+            assert "*" not in grant.permission, grant
+            assert resource != "events", grant
+            assert verb in {"get", "create", "update"}, grant
+            if resource == "secrets":
+                assert grant.resource_names == (f"{FULLNAME}-tls",), grant
+                assert grant.namespace == NAMESPACE, grant
+            if verb == "update":
+                assert grant.resource_names, grant
+            if verb == "create":
+                assert grant.permission == (
+                    "authorization.k8s.io", "subjectaccessreviews", "create"
+                ), grant  # fmt: skip
+
+
+def test_one_role_per_purpose() -> None:
+    manifest = render()
+    roles = {(g.role, g.namespace) for g in grants_of(manifest, FULLNAME)}
+    assert roles == {
+        (f"ClusterRole/{FULLNAME}-access-review", None),
+        (f"ClusterRole/{FULLNAME}-namespace-reader", None),
+        (f"ClusterRole/{FULLNAME}-webhook-configuration", None),
+        (f"Role/{FULLNAME}-tls-secret", NAMESPACE),
+    }
+    configuration = {
+        g.resource_names for g in grants_of(manifest, FULLNAME) if "webhook" in g.permission[1]
+    }
+    assert configuration == {(FULLNAME,)}
+
+
+def test_self_mode_secret_is_created_by_the_chart_and_left_to_the_webhook() -> None:
+    secret = render().one("Secret", f"{FULLNAME}-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    assert secret["data"] == {"tls.crt": "", "tls.key": "", "ca.crt": ""}
+    # A pre-install hook: created once, never part of an upgrade (which would blank what the
+    # webhook wrote, or conflict with its field manager) and never in the release record.
+    annotations = secret["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"] == "pre-install"
+    assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation"
+    for scenario in ("certmanager", "provided"):
+        assert not render([CHART / "ci" / f"{scenario}-values.yaml"]).has("Secret")
+
+
+def test_secret_name_value_names_the_secret_and_the_grant() -> None:
+    manifest = render(sets=["certificates.secretName=my-webhook-tls"])
+    assert manifest.one("Secret", "my-webhook-tls")
+    secret_grants = [g for g in grants_of(manifest, FULLNAME) if g.permission[1] == "secrets"]
+    assert {g.resource_names for g in secret_grants} == {("my-webhook-tls",)}
+
+
+def test_other_service_account_names_are_bound() -> None:
+    manifest = render(sets=["serviceAccount.create=false", "serviceAccount.name=platform-sa"])
+    assert not manifest.has("ServiceAccount")
+    assert grants_of(manifest, "platform-sa")
+    assert not grants_of(manifest, FULLNAME)
