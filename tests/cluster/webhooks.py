@@ -49,6 +49,16 @@ def create_service(cluster: Cluster, name: str, namespace: str, port: int = 443)
     return str(service["spec"]["clusterIP"])
 
 
+# The chart's rules (tests/chart/test_chart_render.py keeps them equal): pods at CREATE, and
+# ephemeral containers added to a running pod (`sidecar-debug attach`, `kubectl debug`).
+POD_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+     "resources": ["pods"], "scope": "Namespaced"},
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+     "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"},
+]
+
+
 def mutating_webhook_configuration(
     name: str, *, service: str, namespace: str, ca_pem: bytes, path: str = "/mutate",
     port: int = 443, failure_policy: str = "Fail", timeout_seconds: int = 5,
@@ -72,8 +82,7 @@ def mutating_webhook_configuration(
                 "service": {"name": service, "namespace": namespace, "path": path, "port": port},
                 "caBundle": base64.b64encode(ca_pem).decode(),
             },
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                       "resources": ["pods"], "scope": "Namespaced"}],
+            "rules": [dict(rule) for rule in POD_RULES],
             "namespaceSelector": namespace_selector or {},
             "objectSelector": object_selector or {},
         }],
