@@ -1,4 +1,6 @@
-"""Where the Kubernetes client gets its configuration, in one place.
+"""How this project calls the Kubernetes API, in one place: configuration, the ApiClient, raw
+requests. Every other module asks here (webhook.kube.access keeps its own urllib3 pool over the
+same configuration, webhook.kube.secrets and webhook.sessions use api_client()).
 
 The webhook runs in a pod (in-cluster service account); the CLI and the tests run beside a
 kubeconfig. Explicit kubeconfig/context win; otherwise in-cluster first, then $KUBECONFIG or
@@ -8,6 +10,8 @@ kubeconfig. Explicit kubeconfig/context win; otherwise in-cluster first, then $K
 from __future__ import annotations
 
 import importlib
+import json
+import os
 from typing import Any
 
 
@@ -38,7 +42,60 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
     return configuration
 
 
-def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
-    """A kubernetes.client.ApiClient over load_configuration()."""
+def api_client(
+    kubeconfig: str | None = None, context: str | None = None, *, kubeconfig_first: bool = False
+) -> Any:
+    """The one way to get a kubernetes.client.ApiClient (over load_configuration()).
+
+    kubeconfig_first: a developer's command prefers a kubeconfig ($KUBECONFIG, ~/.kube/config)
+    when there is one, as kubectl does, and falls back to in-cluster; the webhook does the reverse.
+    """
+    if kubeconfig_first and kubeconfig is None:
+        kubeconfig = os.environ.get("KUBECONFIG")
+        default = os.path.expanduser("~/.kube/config")
+        if not kubeconfig and os.path.exists(default):
+            kubeconfig = default
     client: Any = importlib.import_module("kubernetes.client")
     return client.ApiClient(load_configuration(kubeconfig, context))
+
+
+def request(api_client: Any, method: str, path: str, body: Any, content_type: str | None) -> Any:
+    """A raw API call (the typed client has no 1.20-style ephemeralcontainers method), across
+    both generations of the kubernetes client's ApiClient."""
+    headers = {"Accept": "application/json"}
+    if content_type:
+        headers["Content-Type"] = content_type
+    if not hasattr(api_client, "param_serialize"):  # kubernetes < 35
+        return api_client.call_api(
+            path, method, header_params=headers, body=body, auth_settings=["BearerToken"],
+            response_type="object", _return_http_data_only=True, _preload_content=True)
+    method, url, headers, body, _ = api_client.param_serialize(
+        method=method, resource_path=path, header_params=headers, body=body,
+        auth_settings=["BearerToken"])
+    response = api_client.call_api(method, url, header_params=headers, body=body)
+    response.read()
+    data = response.data.decode() if isinstance(response.data, bytes) else str(response.data)
+    if response.status >= 400:
+        from kubernetes.client.exceptions import ApiException
+
+        error = ApiException(status=response.status, reason=response.reason)
+        error.body = data
+        raise error
+    return json.loads(data) if data else {}
+
+
+def current_namespace(kubeconfig: str | None, context: str | None) -> str:
+    """The namespace of the kubeconfig's current (or named) context; "default" without one."""
+    config: Any = importlib.import_module("kubernetes.config")
+
+    try:
+        _, active = config.list_kube_config_contexts(
+            config_file=kubeconfig or os.environ.get("KUBECONFIG"))
+        if context:
+            contexts, _ = config.list_kube_config_contexts(
+                config_file=kubeconfig or os.environ.get("KUBECONFIG"))
+            active = next((c for c in contexts if c["name"] == context), active)
+        namespace = (active or {}).get("context", {}).get("namespace")
+        return str(namespace or "default")
+    except (config.ConfigException, OSError, TypeError):
+        return "default"

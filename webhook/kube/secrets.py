@@ -6,6 +6,8 @@ import json
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from webhook.kube import client as kube_client
+
 
 class ConflictError(RuntimeError):
     """Someone else changed the object first."""
@@ -39,7 +41,7 @@ class KubernetesStore:
         from kubernetes import client
 
         if api_client is None:
-            api_client = new_api_client()
+            api_client = kube_client.api_client()
         self._core = client.CoreV1Api(api_client)
         self._admission = client.AdmissionregistrationV1Api(api_client)
 
@@ -92,10 +94,3 @@ class KubernetesStore:
         self, kind: str, name: str, body: dict[str, Any]
     ) -> dict[str, Any]:
         return self._must(self._call(self._webhook_calls(kind)[1], name, body), kind)
-
-
-def new_api_client() -> Any:
-    """In-cluster configuration when running in a pod, else KUBECONFIG / ~/.kube/config."""
-    from webhook.kube.client import api_client
-
-    return api_client()

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from webhook import constants
+from webhook.kube import client as kube
 
 # Exit codes of the session commands (the in-sidecar scripts' own codes pass through).
 EXIT_OK = 0
@@ -361,11 +362,11 @@ def attach(session: Session, *, image: str, target: str | None, pull_policy: str
         if minor >= 23:
             # 1.23+: the subresource takes a Pod; a merge patch must carry the whole list.
             body: dict[str, Any] = {"spec": {"ephemeralContainers": existing + [container]}}
-            _call(session.api_client, "PATCH", path, body,
+            kube.request(session.api_client, "PATCH", path, body,
                   "application/strategic-merge-patch+json")
         else:
             # 1.16-1.22 (alpha/beta): the subresource reads and writes an EphemeralContainers.
-            current = _call(session.api_client, "GET", path, None, None)
+            current = kube.request(session.api_client, "GET", path, None, None)
             body = {
                 "apiVersion": "v1",
                 "kind": "EphemeralContainers",
@@ -373,7 +374,7 @@ def attach(session: Session, *, image: str, target: str | None, pull_policy: str
                                                         "namespace": session.namespace},
                 "ephemeralContainers": list(current.get("ephemeralContainers") or []) + [container],
             }
-            _call(session.api_client, "PUT", path, body, "application/json")
+            kube.request(session.api_client, "PUT", path, body, "application/json")
     except ApiException as error:
         hint = ""
         if error.status == 404:
@@ -406,31 +407,6 @@ def attach(session: Session, *, image: str, target: str | None, pull_policy: str
     raise SessionError(f"ephemeral container {name} was not running after {wait_seconds:.0f} s")
 
 
-def _call(api_client: Any, method: str, path: str, body: Any, content_type: str | None) -> Any:
-    """A raw API call (the typed client has no 1.20-style ephemeralcontainers method), across
-    both generations of the kubernetes client's ApiClient."""
-    headers = {"Accept": "application/json"}
-    if content_type:
-        headers["Content-Type"] = content_type
-    if not hasattr(api_client, "param_serialize"):  # kubernetes < 35
-        return api_client.call_api(
-            path, method, header_params=headers, body=body, auth_settings=["BearerToken"],
-            response_type="object", _return_http_data_only=True, _preload_content=True)
-    method, url, headers, body, _ = api_client.param_serialize(
-        method=method, resource_path=path, header_params=headers, body=body,
-        auth_settings=["BearerToken"])
-    response = api_client.call_api(method, url, header_params=headers, body=body)
-    response.read()
-    data = response.data.decode() if isinstance(response.data, bytes) else str(response.data)
-    if response.status >= 400:
-        from kubernetes.client.exceptions import ApiException
-
-        error = ApiException(status=response.status, reason=response.reason)
-        error.body = data
-        raise error
-    return json.loads(data) if data else {}
-
-
 class _TemporaryDirectory:
     """A staging directory next to the output file, so that the final rename is atomic."""
 
@@ -450,33 +426,13 @@ class _TemporaryDirectory:
 def api_client_from(kubeconfig: str | None, context: str | None) -> Any:
     """ApiClient for a developer's command: a kubeconfig (--kubeconfig, $KUBECONFIG,
     ~/.kube/config) when there is one, as kubectl does; in-cluster otherwise."""
-    from webhook.kube.client import KubeConfigError, api_client
-
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    default = os.path.expanduser("~/.kube/config")
-    if not path and os.path.exists(default):
-        path = default
     try:
-        return api_client(path, context)
-    except KubeConfigError as error:
+        return kube.api_client(kubeconfig, context, kubeconfig_first=True)
+    except kube.KubeConfigError as error:
         raise SessionError(
             f"{error}; use --kubeconfig or $KUBECONFIG, or run in a cluster", EXIT_USAGE
         ) from error
 
 
 def current_namespace(kubeconfig: str | None, context: str | None) -> str:
-    from kubernetes import config as kubernetes_config
-
-    config: Any = kubernetes_config
-
-    try:
-        _, active = config.list_kube_config_contexts(
-            config_file=kubeconfig or os.environ.get("KUBECONFIG"))
-        if context:
-            contexts, _ = config.list_kube_config_contexts(
-                config_file=kubeconfig or os.environ.get("KUBECONFIG"))
-            active = next((c for c in contexts if c["name"] == context), active)
-        namespace = (active or {}).get("context", {}).get("namespace")
-        return str(namespace or "default")
-    except (config.ConfigException, OSError, TypeError):
-        return "default"
+    return kube.current_namespace(kubeconfig, context)
