@@ -59,5 +59,16 @@ AUDIT_REASON: Final = "reason"
 AUDIT_PROFILE: Final = "profile"
 AUDIT_GRANT: Final = "grant"
 
+# Environment of the toolset container (injected sidecar and attached ephemeral container).
+ENV_PROFILE: Final = "SIDECAR_DEBUG_PROFILE"  # the profile it runs with
+ENV_TECHNIQUES: Final = "SIDECAR_DEBUG_TECHNIQUES"  # comma-separated techniques of that profile
+# Set by `attach` on the ephemeral container: with the name prefix, what marks it as ours.
+ENV_ATTACHED: Final = "SIDECAR_DEBUG_ATTACHED"
+ENV_ATTACHED_VALUE: Final = "true"
+# Written by the webhook's ephemeral-container gate: who granted the profile (e.g. user:alice).
+ENV_GRANT: Final = "SIDECAR_DEBUG_GRANT"
+# Name prefix of containers added by `attach` (then 6 hex digits).
+ATTACHED_CONTAINER_PREFIX: Final = f"{DEFAULT_SIDECAR_NAME}-"
+
 # Environment variable prefix for settings (SIDECAR_DEBUG_TOOLSET_IMAGE, ...).
 ENV_PREFIX: Final = "SIDECAR_DEBUG_"
