@@ -29,6 +29,8 @@ timeout = 30
 graceful_timeout = 20
 accesslog = None
 errorlog = "-"
+# gunicorn's lines in the webhook's JSON format (webhook/logs.py).
+logger_class = "webhook.server.gunicorn_logging.JsonGunicornLogger"
 loglevel = _settings.log_level.lower()
 certfile = _settings.tls_cert_file
 keyfile = _settings.tls_key_file
