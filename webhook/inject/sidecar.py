@@ -123,15 +123,22 @@ def _apply_env_hints(container: dict[str, Any], hints: list[EnvHint]) -> None:
         del container["env"]
 
 
+def toolset_env(profile: Profile) -> list[dict[str, Any]]:
+    """The toolset container's environment for `profile`: the profile's own variables, then its
+    name and techniques (the injected sidecar and the container `attach` adds share it)."""
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in profile.env]
+    env += [
+        {"name": constants.ENV_PROFILE, "value": profile.name},
+        {"name": constants.ENV_TECHNIQUES, "value": ",".join(sorted(profile.techniques))},
+    ]
+    return env
+
+
 def build_sidecar(
     plan: InjectionPlan, settings: Settings, name: str, mounts: list[dict[str, Any]]
 ) -> dict[str, Any]:
     profile = plan.profile
-    env = [{"name": k, "value": v} for k, v in profile.env]
-    env += [
-        {"name": "SIDECAR_DEBUG_PROFILE", "value": profile.name},
-        {"name": "SIDECAR_DEBUG_TECHNIQUES", "value": ",".join(sorted(profile.techniques))},
-    ]
+    env = toolset_env(profile)
     container: dict[str, Any] = {
         "name": name,
         "image": plan.image or settings.toolset_image,
