@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from webhook import __version__
 from webhook.commands import certs as certs_cli
+from webhook.commands import errors
 from webhook.commands import policy as policy_cli
 from webhook.commands import sessions as session_cli
 
@@ -43,6 +44,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        code = errors.handle(exc)
+        if code is None:
+            raise
+        return code
     return result
 
 

@@ -1,0 +1,69 @@
+"""One table: which exception ends a command with which exit code and one-line message.
+
+No command prints a traceback for a condition the user can fix (bad settings, no cluster
+access, an unreadable file, a refused API call). Exceptions are matched by their class path
+along the MRO, so this table imports nothing (the kubernetes client stays unloaded for `inject`).
+Usage errors exit 2, as argparse's own do.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_API = 6  # the Kubernetes API refused or failed (as the session commands use it)
+
+
+@dataclass(frozen=True)
+class ExitRule:
+    exit_code: int
+    label: str  # prefix of the one-line message; "" = the exception's text alone
+
+
+# The first class on the exception's MRO that is listed wins (PolicyError before SettingsError).
+ERRORS: dict[str, ExitRule] = {
+    "webhook.policy.loader.PolicyError": ExitRule(EXIT_USAGE, "invalid policy"),
+    "webhook.config.SettingsError": ExitRule(EXIT_USAGE, "invalid settings"),
+    "webhook.kube.client.KubeConfigError": ExitRule(EXIT_USAGE, "Kubernetes configuration"),
+    "webhook.inject.workloads.InjectError": ExitRule(EXIT_FAILED, ""),
+    "webhook.certs.pki.CertificateError": ExitRule(EXIT_FAILED, "certificates"),
+    "webhook.kube.secrets.ConflictError": ExitRule(EXIT_FAILED, "conflict (retry)"),
+    "webhook.kube.access.ClusterAPIError": ExitRule(EXIT_API, "Kubernetes API"),
+    "kubernetes.client.exceptions.ApiException": ExitRule(EXIT_API, "Kubernetes API"),
+    "urllib3.exceptions.HTTPError": ExitRule(EXIT_API, "Kubernetes API unreachable"),
+    "builtins.OSError": ExitRule(EXIT_FAILED, ""),
+}
+
+
+def _class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _message(exc: BaseException) -> str:
+    status = getattr(exc, "status", None)
+    reason = getattr(exc, "reason", None)
+    if _class_path(type(exc)).startswith("kubernetes.") and status is not None:
+        return f"HTTP {status} {reason or ''}".strip()
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}{exc.strerror}"
+    # One line, except PolicyError's one `file:line: path: problem` line per problem.
+    return str(exc).strip() or type(exc).__name__
+
+
+def handle(exc: BaseException) -> int | None:
+    """Print the one-line message for `exc` and return the exit code; None when not listed
+    (a bug: the caller re-raises, so the traceback shows where)."""
+    code = getattr(exc, "code", None)
+    if _class_path(type(exc)) == "webhook.sessions.session.SessionError" and isinstance(code, int):
+        print(f"sidecar-debug: {exc}", file=sys.stderr)
+        return code
+    for cls in type(exc).__mro__:
+        rule = ERRORS.get(_class_path(cls))
+        if rule is not None:
+            label = f"{rule.label}: " if rule.label else ""
+            print(f"sidecar-debug: {label}{_message(exc)}", file=sys.stderr)
+            return rule.exit_code
+    return None
