@@ -286,7 +286,17 @@ class Settings:
     threads: int = 4
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
-    max_request_bytes: int = 6 * 1024 * 1024
+    # The apiserver never sends an AdmissionReview above 3 MiB (its request size limit).
+    max_request_bytes: int = 3 * 1024 * 1024
+    # A client has this long for each step before the server closes the connection, so that
+    # slow or stalled clients cannot hold the server's threads (webhook/server/gunicorn_worker.py).
+    tls_handshake_timeout_seconds: float = 5.0
+    request_header_timeout_seconds: float = 5.0
+    request_body_timeout_seconds: float = 10.0
+    # Pods above these are admitted without the sidecar, with a warning saying why: a pod that
+    # large costs every other review time (10,000 containers: 0.3 s and a 2 MB patch).
+    max_pod_containers: int = 100
+    max_patch_bytes: int = 1024 * 1024
     log_level: str = "INFO"
     # Policy's SubjectAccessReview calls must finish well inside the webhook's own timeout.
     sar_timeout_seconds: float = 2.0
@@ -442,6 +452,14 @@ def validate(settings: Settings) -> None:
     _require(1 <= settings.workers <= 64, "workers", f"must be 1..64, got {settings.workers}")
     _require(1 <= settings.threads <= 256, "threads", f"must be 1..256, got {settings.threads}")
     _require(settings.max_request_bytes > 0, "maxRequestBytes", "must be positive")
+    for key in (
+        "tls_handshake_timeout_seconds",
+        "request_header_timeout_seconds",
+        "request_body_timeout_seconds",
+    ):
+        _require(0 < getattr(settings, key) <= 60, _camel(key), "must be in (0, 60]")
+    _require(settings.max_pod_containers > 0, "maxPodContainers", "must be positive")
+    _require(settings.max_patch_bytes > 0, "maxPatchBytes", "must be positive")
     _require(0 < settings.sar_timeout_seconds <= 10, "sarTimeoutSeconds", "must be in (0, 10]")
     for key in ("label_key", "label_enabled", "label_disabled"):
         _require(bool(getattr(settings, key)), _camel(key), "must not be empty")
