@@ -3,6 +3,8 @@
 SHELL := /bin/bash
 VENV := .venv/bin
 PYTEST_ARGS ?=
+# The toolset's Python scripts (no .py suffix, so ruff and mypy get them by name).
+TOOLSET_PY := $(shell grep -l '^\#!.*python' toolset/bin/* 2>/dev/null)
 
 .PHONY: help setup cluster-bins images lint test test-unit test-chart test-e2e test-runtime \
         demo demo-down bench golden clean
@@ -20,7 +22,7 @@ images: setup ## build the webhook, toolset and sample images with podman (cache
 	scripts/images.sh all
 
 lint: setup ## ruff, mypy --strict, chart files and chart README in sync
-	$(VENV)/ruff check webhook tests
+	$(VENV)/ruff check webhook tests toolset/lib $(TOOLSET_PY)
 	$(VENV)/mypy
 	scripts/sync-chart-files.sh --check
 	$(VENV)/python scripts/chart_readme.py --check
