@@ -25,6 +25,10 @@ class PolicyRequest:
     requested_profile: Profile
     requested_image: str | None  # from the toolset-image annotation; None = the configured image
     dry_run: bool = False
+    # Set for an ephemeral container added to a running pod (webhook.admission.ephemeral): only
+    # the requester's grant counts (the pod's service account did not ask for it), and every
+    # refusal denies (an ephemeral container cannot be downgraded or left out).
+    ephemeral_container: str | None = None
 
 
 @dataclass(frozen=True)

@@ -293,7 +293,8 @@ class PolicyGate:
                     f"{', '.join(rule.allowed_images) or 'none'})"
                 )
                 trace.append(text)
-                if rule.mode != "downgrade":
+                # An ephemeral container's image cannot be swapped for the configured one.
+                if rule.mode != "downgrade" or request.ephemeral_container is not None:
                     return self._refuse(request, rule, _Refusal("image-not-allowed", text), label)
                 warnings.append(f"{text}; using the configured image {self.settings.toolset_image}")
 
@@ -325,6 +326,11 @@ class PolicyGate:
             return self._refuse(request, rule, refusal, label, warnings)
 
         message = f"profile {profile.name!r} injected ({_GRANT_TEXT[reason]}{grant_suffix(grant)})"
+        if request.ephemeral_container is not None:
+            message = (
+                f"ephemeral container {request.ephemeral_container!r} may use profile "
+                f"{profile.name!r} ({_GRANT_TEXT[reason]}{grant_suffix(grant)})"
+            )
         return self._result(
             request, rule, profile.name, True, reason, message, grant, image, warnings
         )
@@ -333,6 +339,8 @@ class PolicyGate:
         self, request: PolicyRequest, profile: Profile, trace: list[str], calls: list[int]
     ) -> tuple[Reason, str] | _Refusal:
         """At most two SubjectAccessReviews: the pod's service account, then the user."""
+        if request.ephemeral_container is not None:
+            return self._check_requester_grant(request, profile, trace, calls)
         namespace, sa = request.namespace, request.service_account
         sa_check = service_account_check(namespace, sa, profile.name)
         sa_verdict = self._access(sa_check, trace, calls)
@@ -378,6 +386,50 @@ class PolicyGate:
             )
         return _Refusal("no-rbac-grant", detail, hint)
 
+    def _check_requester_grant(
+        self, request: PolicyRequest, profile: Profile, trace: list[str], calls: list[int]
+    ) -> tuple[Reason, str] | _Refusal:
+        """One SubjectAccessReview, for the requester only: whoever adds an ephemeral container
+        to a running pod must hold the grant themselves."""
+        namespace, user = request.namespace, request.user
+        username = str(user.get("username", ""))
+        needs = "; ".join(profile.privilege_reasons)
+        what = (
+            f"profile {profile.name!r} needs an RBAC grant ({needs}) held by whoever adds the "
+            f"ephemeral container {request.ephemeral_container!r}"
+        )
+        if not username or is_controller_identity(user):
+            trace.append(f"requester {username!r} is a controller identity: it never grants")
+            return _Refusal(
+                "no-rbac-grant", f"{what}; {username or 'an anonymous requester'} never grants"
+            )
+        verdict = self._access(user_check(user, namespace, profile.name), trace, calls)
+        if verdict is True:
+            return "granted-user", f"user:{username}"
+        prefix = "system:serviceaccount:"
+        subject = (
+            f"--serviceaccount={username.removeprefix(prefix)}"
+            if username.startswith(prefix) and username.count(":") == 3
+            else f"--user={username}"
+        )
+        hint = (
+            f"kubectl create rolebinding sidecar-debug-{profile.name}-{_dns_safe(username)} "
+            f"--clusterrole={self.role_prefix}{profile.name} {subject} -n {namespace}"
+        )
+        if isinstance(verdict, str):
+            return _Refusal(
+                "rbac-check-failed",
+                f"{what}, and the SubjectAccessReview failed ({verdict}); no grant assumed",
+                hint,
+            )
+        return _Refusal(
+            "no-rbac-grant",
+            f"{what}: user {username!r} may not 'use' debugprofiles.{constants.RBAC_GROUP} "
+            f"{profile.name!r} in namespace {namespace!r} (the pod's service account does not "
+            "grant an ephemeral container)",
+            hint,
+        )
+
     def _refuse(
         self,
         request: PolicyRequest,
@@ -387,6 +439,14 @@ class PolicyGate:
         warnings: Sequence[str] = (),
     ) -> PolicyResult:
         hint = f" To grant it: {refusal.hint}" if refusal.hint else ""
+        if request.ephemeral_container is not None:
+            message = (
+                f"sidecar-debug denied the ephemeral container {request.ephemeral_container!r}: "
+                f"{refusal.detail} ({label}).{hint}"
+            )
+            return self._result(
+                request, rule, None, False, refusal.reason, message, "none", None, warnings
+            )
         if rule.mode == "deny":
             message = (
                 f"sidecar-debug denied the pod: {refusal.detail} (mode deny in {label}).{hint}"
@@ -450,7 +510,9 @@ class PolicyGate:
         annotations: dict[str, str] = {}
         all_warnings = list(warnings)
         if profile_name is not None:
-            if rule.max_session is not None:
+            # The overdue annotation goes on a pod being created; an ephemeral container's
+            # review cannot change the pod's metadata.
+            if rule.max_session is not None and request.ephemeral_container is None:
                 overdue = (self._now() + rule.max_session).astimezone(dt.UTC).replace(microsecond=0)
                 annotations[constants.ANNOTATION_OVERDUE_AFTER] = overdue.strftime(
                     "%Y-%m-%dT%H:%M:%SZ"
