@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import quote
 
 from webhook import constants
 
@@ -91,8 +92,15 @@ class ClusterAPI(Protocol):
         ...
 
 
+class PodReader(Protocol):
+    def read_pod(self, namespace: str, name: str, timeout: float) -> dict[str, Any]:
+        """The pod as the API returns it; raises ClusterAPIError when it cannot be read."""
+        ...
+
+
 class KubernetesClusterAPI:
-    """ClusterAPI over the kubernetes client: in-cluster config, else kubeconfig (lazily)."""
+    """ClusterAPI (and PodReader) over the kubernetes client: in-cluster config, else
+    kubeconfig (lazily)."""
 
     def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
         self._kubeconfig = kubeconfig
@@ -161,6 +169,12 @@ class KubernetesClusterAPI:
         document = self._call("GET", f"/api/v1/namespaces/{name}", None, timeout)
         labels = (document.get("metadata") or {}).get("labels") or {}
         return {str(k): str(v) for k, v in labels.items()}
+
+    def read_pod(self, namespace: str, name: str, timeout: float) -> dict[str, Any]:
+        """Only for ephemeral-container reviews from Kubernetes < 1.22, whose object lacks the
+        pod's volumes and service account (webhook.admission.ephemeral)."""
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+        return self._call("GET", path, None, timeout)
 
 
 @dataclass
