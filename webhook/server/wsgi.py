@@ -13,9 +13,14 @@ from __future__ import annotations
 import gc
 import importlib
 
-from webhook.server.app import build_app
-from webhook.server.routes import WebhookApp
+from flask import Flask
 
-app: WebhookApp = build_app()
+from webhook import logs
+from webhook.config import load_settings
+from webhook.server.app import create_app
+
+_settings = load_settings()
+logs.configure(_settings.log_level)
+app: Flask = create_app(_settings)
 importlib.import_module("kubernetes.client")
 gc.freeze()

@@ -18,7 +18,7 @@ from tests.unit.policy.test_policy import (
 )
 from webhook.admission.review import decode_patch
 from webhook.config import Settings, load_settings
-from webhook.server.routes import create_app
+from webhook.server.app import create_app
 
 
 @pytest.fixture

@@ -135,8 +135,7 @@ def test_apiserver_error_denies_the_label(settings: Settings) -> None:
 def test_through_the_http_route(settings: Settings) -> None:
     from werkzeug.test import Client
 
-    from webhook.server.app import namespace_gate
-    from webhook.server.routes import create_app
+    from webhook.server.app import create_app, namespace_gate
 
     gate = make_gate(settings, FakeCluster())
     app = create_app(settings, gate, namespace_gate(gate))

@@ -1,28 +1,22 @@
-"""Hostile input never gets a 5xx or a traceback: the table runs through the WSGI app in
-process (werkzeug's test client) and once through the real server (`sidecar-debug serve`:
-gunicorn over TLS)."""
+"""Hostile input never gets a 5xx or a traceback: the table runs through the Flask app in
+process (Flask's test client) and once through the real server (`sidecar-debug serve`: gunicorn
+over TLS with the project's worker)."""
 
 from __future__ import annotations
 
 import json
-import os
-import ssl
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
+import socket
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from werkzeug.test import Client
+from flask import Flask
 
-from tests.cluster.cluster import free_port
-from tests.unit.core_helpers import admission_review, default_settings
+from tests.unit.core_helpers import admission_review, default_settings, settings_with
+from tests.unit.server.serving import Served, post, serve
 from webhook.policy.api import AllowAll
-from webhook.server.routes import create_app
+from webhook.server.app import create_app
+from webhook.server.routes import EXTENSION
 
 POD = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "app", "image": "busybox"}]}}
 UID = "0df28fbd-5f5f-11e8-bc74-36e6bb280816"
@@ -44,7 +38,7 @@ HOSTILE: list[tuple[str, str, bytes, int, str]] = [
     ("whitespace body", JSON, b"  \n ", 400, "empty body"),
     ("invalid json", JSON, b"{not json", 400, "not valid JSON"),
     ("binary garbage", JSON, bytes(range(256)), 400, "not valid JSON"),
-    ("over the size limit", JSON, b"[" + b"1," * (3 * 1024 * 1024 + 10) + b"1]", 413, "limit"),
+    ("over the size limit", JSON, b"[" + b"1," * (2 * 1024 * 1024) + b"1]", 413, "limit"),
     ("deeply nested json", JSON, b"[" * 100000 + b"]" * 100000, 400, "not valid JSON"),
     ("json array", JSON, b"[1,2]", 200, "not an AdmissionReview"),
     ("json string", JSON, b'"hello"', 200, "not an AdmissionReview"),
@@ -107,8 +101,13 @@ def _check(status: int, body: bytes, expected_status: int, expected_text: str) -
 
 
 @pytest.fixture(scope="module")
-def client() -> Any:
-    return Client(create_app(default_settings(), AllowAll()))
+def app() -> Flask:
+    return create_app(default_settings(), AllowAll())
+
+
+@pytest.fixture(scope="module")
+def client(app: Flask) -> Any:
+    return app.test_client()
 
 
 @pytest.mark.parametrize(
@@ -127,6 +126,7 @@ def test_echoes_uid_and_answers_a_pod(client: Any) -> None:
     assert answer["apiVersion"] == "admission.k8s.io/v1"
     assert answer["response"]["uid"] == UID
     assert answer["response"]["patchType"] == "JSONPatch"
+    assert response.headers["Content-Type"] == JSON
 
 
 def test_dry_run_requests_are_injected_like_any_other(client: Any) -> None:
@@ -153,9 +153,47 @@ def test_unknown_paths_and_methods_say_what_to_send(client: Any) -> None:
     assert wrong.status_code == 405
     assert wrong.headers["Allow"] == "POST"
     assert "PUT not allowed on /mutate" in wrong.get_json()["error"]
+    assert client.options("/mutate").headers["Allow"] == "POST"
     assert client.post("/healthz").headers["Allow"] == "GET, HEAD"
     head = client.head("/healthz")
     assert head.status_code == 200 and head.data == b""
+    head_405 = client.head("/mutate")
+    assert head_405.status_code == 405 and head_405.data == b""
+    assert head_405.headers["Allow"] == "POST"
+
+
+def test_a_declared_oversized_body_is_refused_before_it_is_read(client: Any) -> None:
+    limit = default_settings().max_request_bytes
+    assert limit == 3 * 1024 * 1024  # the apiserver's own limit
+    reply = client.post("/mutate", data=b"{}", content_type=JSON,
+                        environ_overrides={"CONTENT_LENGTH": str(limit + 1)})
+    assert reply.status_code == 413
+    assert f"body of {limit + 1} bytes exceeds the {limit}-byte limit" in reply.get_json()["error"]
+
+
+def test_the_namespace_gate_is_a_404_with_a_reason_when_not_enabled(client: Any) -> None:
+    reply = client.post("/validate-namespace", data=_review(), content_type=JSON)
+    assert reply.status_code == 404
+    assert "not enabled" in reply.get_json()["error"]
+
+
+def test_not_ready_says_why() -> None:
+    app = create_app(default_settings(), AllowAll(), readiness=lambda: "no certificate yet")
+    reply = app.test_client().get("/readyz")
+    assert reply.status_code == 503
+    assert reply.get_json() == {"status": "not ready", "reason": "no certificate yet"}
+
+
+def test_the_factory_alone_builds_the_served_webhook() -> None:
+    """create_app(settings): the configured policy gate and its namespace-label gate."""
+    app = create_app(settings_with(tls_cert_file="/nonexistent/tls.crt",
+                                   tls_key_file="/nonexistent/tls.key"))
+    client = app.test_client()
+    ready = client.get("/readyz")
+    assert ready.status_code == 503 and "/nonexistent/tls.crt" in ready.get_json()["reason"]
+    reply = client.post("/validate-namespace", data=_review(), content_type=JSON)
+    assert reply.status_code == 200
+    assert reply.get_json()["kind"] == "AdmissionReview"
 
 
 def test_a_bug_in_a_handler_is_a_400_not_a_500(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -164,8 +202,8 @@ def test_a_bug_in_a_handler_is_a_400_not_a_500(monkeypatch: pytest.MonkeyPatch) 
     def broken(body: Any) -> Any:
         raise KeyError("bug")
 
-    monkeypatch.setattr(app.mutator, "review", broken)
-    reply = Client(app).post("/mutate", data=_review(), content_type=JSON)
+    monkeypatch.setattr(app.extensions[EXTENSION].mutator, "review", broken)
+    reply = app.test_client().post("/mutate", data=_review(), content_type=JSON)
     assert reply.status_code == 400
     assert reply.get_json()["error"] == "request could not be processed: KeyError"
 
@@ -173,86 +211,70 @@ def test_a_bug_in_a_handler_is_a_400_not_a_500(monkeypatch: pytest.MonkeyPatch) 
 # --- once through the real server -------------------------------------------------------------
 
 
-
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ssl.SSLContext]]:
-    certs = tmp_path_factory.mktemp("certs")
-    cli = [sys.executable, "-m", "webhook.commands.cli"]
-    subprocess.run(
-        [
-            *cli,
-            "certs",
-            "generate",
-            "--service",
-            "localhost",
-            "--namespace",
-            "test",
-            "--out",
-            str(certs),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    port = free_port()
-    log = (certs / "serve.log").open("w")
-    env = {**os.environ, "SIDECAR_DEBUG_WORKERS": "1"}
-    server = subprocess.Popen(
-        [
-            *cli,
-            "serve",
-            "--tls-cert-file",
-            str(certs / "tls.crt"),
-            "--tls-key-file",
-            str(certs / "tls.key"),
-            "--port",
-            str(port),
-            "--bind-address",
-            "127.0.0.1",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
-    context.check_hostname = False  # the certificate names the Service, we dial 127.0.0.1
-    url = f"https://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(url + "/healthz", context=context, timeout=2)  # noqa: S310
-                break
-            except (urllib.error.URLError, ConnectionError, OSError):
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(Path(log.name).read_text()) from None
-                time.sleep(0.3)
-        yield url, context
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with serve(tmp_path_factory.mktemp("served"), {"SIDECAR_DEBUG_WORKERS": "1"}) as server:
+        yield server
 
 
-def _post(url: str, context: ssl.SSLContext, ctype: str, body: bytes) -> tuple[int, bytes]:
-    request = urllib.request.Request(  # noqa: S310 - https to our own test server
-        url + "/mutate",
-        data=body,
-        method="POST",  # noqa: S310
-        headers={"Content-Type": ctype},
-    )
-    try:
-        with urllib.request.urlopen(request, context=context, timeout=30) as response:  # noqa: S310
-            return int(response.status), response.read()
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), exc.read()
-
-
-def test_hostile_input_through_gunicorn_over_tls(served: tuple[str, ssl.SSLContext]) -> None:
-    url, context = served
+def test_hostile_input_through_gunicorn_over_tls(served: Served) -> None:
     for name, ctype, body, status, text in HOSTILE:
         try:
-            got_status, got_body = _post(url, context, ctype, body)
+            got_status, got_body = post(served, "/mutate", body, ctype)
             _check(got_status, got_body, status, text)
         except (AssertionError, OSError) as exc:
             raise AssertionError(f"{name}: {exc}") from None
-    status, body = _post(url, context, JSON, _review())
+    status, body = post(served, "/mutate", _review())
     assert status == 200 and json.loads(body)["response"]["patch"]
+
+
+def _raw(served: Served, request: bytes) -> bytes:
+    """Send `request` as is on a new TLS connection; everything the server answers until it
+    closes the connection."""
+    with socket.create_connection(("127.0.0.1", served.port), timeout=30) as raw, \
+            served.context.wrap_socket(raw) as conn:  # fmt: skip
+        conn.sendall(request)
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_an_oversized_body_gets_its_413_and_the_connection_is_closed(served: Served) -> None:
+    """The apiserver never sends more than 3 MiB: a 6 MiB body is refused with the reason,
+    the client can send it all and read the answer, and the connection is not reused."""
+    body = b"[" + b"1," * (3 * 1024 * 1024) + b"1]"
+    answer = _raw(served, b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413"), head
+    assert b"Connection: close" in head
+    assert "exceeds the 3145728-byte limit" in json.loads(payload)["error"]
+
+
+def test_a_chunked_review_is_answered(served: Served) -> None:
+    body = _review()
+    chunks = b"".join(f"{len(part):x}\r\n".encode() + part + b"\r\n"
+                      for part in (body[:100], body[100:]))
+    head = (b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+    answer = _raw(served, head + chunks + b"0\r\n\r\n")
+    status, _, payload = answer.partition(b"\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 200"), answer[:300]
+    assert json.loads(payload)["response"]["uid"] == UID
+
+
+def test_expect_100_continue_is_honoured(served: Served) -> None:
+    body = _review()
+    with socket.create_connection(("127.0.0.1", served.port), timeout=30) as raw, \
+            served.context.wrap_socket(raw) as conn:  # fmt: skip
+        conn.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Expect: 100-continue\r\nConnection: close\r\n"
+                     + f"Content-Length: {len(body)}\r\n\r\n".encode())
+        assert conn.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        conn.sendall(body)
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+    assert b"100 Continue" not in answer
