@@ -94,6 +94,20 @@ def _unique_name(base: str, taken: set[str]) -> str:
     return f"{base}-{n}"
 
 
+def names_in_use(spec: dict[str, Any]) -> set[str]:
+    """Every volume name the pod uses: its volumes', and those its containers of every kind
+    mount or attach as devices, declared or not. A volume we add under a name an app container
+    already mounts (a dangling mount) would be bound into that container: the node's directory,
+    writable, in the app."""
+    refs: list[Any] = list(spec.get("volumes") or ())
+    for kind in ("containers", "initContainers", "ephemeralContainers"):
+        for container in spec.get(kind) or ():
+            if isinstance(container, dict):
+                refs += container.get("volumeMounts") or ()
+                refs += container.get("volumeDevices") or ()
+    return {r["name"] for r in refs if isinstance(r, dict) and isinstance(r.get("name"), str)}
+
+
 def app_containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """Containers that run beside the app: regular ones and native sidecars (restartable init)."""
     natives = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
@@ -174,7 +188,7 @@ def inject_pod(
     profile = plan.profile
     apps = app_containers(spec)
     volumes: list[dict[str, Any]] = spec.setdefault("volumes", [])
-    volume_names: set[str] = {str(v["name"]) for v in volumes if isinstance(v.get("name"), str)}
+    volume_names = names_in_use(spec)
     sidecar_mounts: list[dict[str, Any]] = []
 
     for shared in profile.shared_volumes:
