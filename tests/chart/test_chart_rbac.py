@@ -19,7 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.chart.helm import CHART, FULLNAME, NAMESPACE, REPO, Manifest, render
+from tests.chart.helm import (
+    CHART,
+    FULLNAME,
+    KUBE_NEW,
+    KUBE_OLD,
+    NAMESPACE,
+    REPO,
+    Manifest,
+    render,
+)
 
 pytestmark = pytest.mark.chart
 
@@ -34,6 +43,9 @@ OTHER_CREDENTIALS = {
 SELF_MODE_RESOURCES = {
     "secrets", "mutatingwebhookconfigurations", "validatingwebhookconfigurations",
 }  # fmt: skip
+# Calls only reviews from Kubernetes < 1.22 need (webhook.admission.ephemeral reads the pod behind
+# an EphemeralContainers object, which lacks its volumes and service account).
+LEGACY_EPHEMERAL_CALLS = {("", "pods", "get")}
 HTTP_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
 
 Permission = tuple[str, str, str]  # (API group, resource[/subresource], verb)
@@ -138,6 +150,16 @@ def calls_in(source: str, where: str) -> Iterator[Call]:
     # A list call fed to kubernetes.watch also needs `watch`.
     watches = re.search(r"kubernetes\.watch|from kubernetes import .*\bwatch\b", source) is not None
     accounted: set[int] = set()
+    # `path = f"/api/..."` then `call("GET", path)`: a path named once, by a plain variable.
+    named: dict[str, ast.expr] = {}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and _is_api_path(_path_template(node.value))
+        ):
+            named[node.targets[0].id] = node.value
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
             for http_method, path in sorted(client_requests(node.attr)):
@@ -148,6 +170,8 @@ def calls_in(source: str, where: str) -> Iterator[Call]:
         if isinstance(node, ast.Call):
             args = list(node.args)
             for first, second in zip(args, args[1:], strict=False):
+                if isinstance(second, ast.Name) and second.id in named:
+                    second = named[second.id]
                 method = _path_template(first)
                 template = _path_template(second)
                 if method in {"GET", "POST", "PUT", "PATCH", "DELETE"} and template:
@@ -260,8 +284,11 @@ def f(api, pool):
     pool.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=None)
     call("GET", f"/api/v1/namespaces/{name}")
     call("PUT", f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}")
+    path = f"/api/v1/namespaces/{quote(ns)}/configmaps/{quote(name)}"
+    call("GET", path, None)
 """
     assert sorted({c.permission for c in calls_in(source, "x.py")}) == [
+        ("", "configmaps", "get"),
         ("", "namespaces", "get"),
         ("", "pods", "list"),
         ("", "pods", "watch"),
@@ -276,24 +303,39 @@ def f(api, pool):
 
 
 def test_webhook_rbac_is_exactly_what_its_code_calls() -> None:
+    """On the oldest Kubernetes the chart supports every call the code can make is needed."""
     calls = webhook_calls()
-    grants = grants_of(render(), FULLNAME)
+    grants = grants_of(render(kube_version=KUBE_OLD), FULLNAME)
     _compare([c.permission for c in calls], [g.permission for g in grants], _where(calls))
+
+
+def test_from_kubernetes_1_22_the_pod_is_not_read() -> None:
+    calls = webhook_calls()
+    assert LEGACY_EPHEMERAL_CALLS <= {c.permission for c in calls}, "stale LEGACY_EPHEMERAL_CALLS"
+    used = [c.permission for c in calls if c.permission not in LEGACY_EPHEMERAL_CALLS]
+    grants = grants_of(render(kube_version=KUBE_NEW), FULLNAME)
+    _compare(used, [g.permission for g in grants], _where(calls))
+    # Without the ephemeral-containers entry no review ever needs the pod.
+    grants = grants_of(render(sets=["injection.ephemeralContainers=false"],
+                              kube_version=KUBE_OLD), FULLNAME)  # fmt: skip
+    assert not LEGACY_EPHEMERAL_CALLS & {g.permission for g in grants}
 
 
 @pytest.mark.parametrize("scenario", ["certmanager", "provided"])
 def test_without_self_mode_the_certificate_calls_are_not_granted(scenario: str) -> None:
     calls = webhook_calls()
     used = [c.permission for c in calls if c.permission[1] not in SELF_MODE_RESOURCES]
-    grants = grants_of(render([CHART / "ci" / f"{scenario}-values.yaml"]), FULLNAME)
+    grants = grants_of(render([CHART / "ci" / f"{scenario}-values.yaml"], kube_version=KUBE_OLD),
+                       FULLNAME)  # fmt: skip
     _compare(used, [g.permission for g in grants], _where(calls))
 
 
-def test_nothing_the_issue_forbids_is_granted() -> None:
+@pytest.mark.parametrize("kube_version", [KUBE_OLD, KUBE_NEW])
+def test_nothing_the_issue_forbids_is_granted(kube_version: str) -> None:
     """Issue 12: no events, no namespace list/watch, no secret list/watch/patch, no unnamed
     secret access, no wildcard; every write is limited by resourceNames."""
     for scenario in [None, *sorted((CHART / "ci").glob("*.yaml"))]:
-        manifest = render([scenario] if scenario else [])
+        manifest = render([scenario] if scenario else [], kube_version=kube_version)
         grants = grants_of(manifest, FULLNAME)
         assert grants, scenario
         for grant in grants:
@@ -301,6 +343,8 @@ def test_nothing_the_issue_forbids_is_granted() -> None:
             assert "*" not in grant.permission, grant
             assert resource != "events", grant
             assert verb in {"get", "create", "update"}, grant
+            if resource == "pods":
+                assert grant.permission == ("", "pods", "get"), grant
             if resource == "secrets":
                 assert grant.resource_names == (f"{FULLNAME}-tls",), grant
                 assert grant.namespace == NAMESPACE, grant
@@ -313,10 +357,11 @@ def test_nothing_the_issue_forbids_is_granted() -> None:
 
 
 def test_one_role_per_purpose() -> None:
-    manifest = render()
+    manifest = render(kube_version=KUBE_OLD)
     roles = {(g.role, g.namespace) for g in grants_of(manifest, FULLNAME)}
     assert roles == {
         (f"ClusterRole/{FULLNAME}-access-review", None),
+        (f"ClusterRole/{FULLNAME}-pod-reader", None),
         (f"ClusterRole/{FULLNAME}-namespace-reader", None),
         (f"ClusterRole/{FULLNAME}-webhook-configuration", None),
         (f"Role/{FULLNAME}-tls-secret", NAMESPACE),

@@ -30,9 +30,12 @@ EXCLUDED = ["kube-system", "kube-public", "kube-node-lease", NAMESPACE]
 POD_RULES = [
     {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
      "resources": ["pods"], "scope": "Namespaced"},
+]  # fmt: skip
+EPHEMERAL_RULES = [
     {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
      "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"},
 ]  # fmt: skip
+ENTRIES = ["namespace.sidecar-debug.io", "pod.sidecar-debug.io", "ephemeral.sidecar-debug.io"]
 
 
 def ci(name: str) -> Path:
@@ -46,10 +49,10 @@ def expressions(selector: dict[str, Any]) -> dict[str, tuple[str, list[str]]]:
 # ---------------------------------------------------------------- MutatingWebhookConfiguration
 
 
-def test_two_webhook_entries_with_fixed_admission_settings() -> None:
+def test_three_webhook_entries_with_fixed_admission_settings() -> None:
     manifest = render()
     hooks = manifest.webhooks()
-    assert list(hooks) == ["namespace.sidecar-debug.io", "pod.sidecar-debug.io"]
+    assert list(hooks) == ENTRIES
     for hook in hooks.values():
         assert hook["admissionReviewVersions"] == ["v1"]
         assert hook["sideEffects"] == "None"
@@ -59,7 +62,8 @@ def test_two_webhook_entries_with_fixed_admission_settings() -> None:
         assert hook["matchPolicy"] == "Equivalent"
         # Pods created, and ephemeral containers added to running pods (attach, kubectl debug):
         # both go through the same gate.
-        assert hook["rules"] == POD_RULES
+        ephemeral = hook["name"] == "ephemeral.sidecar-debug.io"
+        assert hook["rules"] == (EPHEMERAL_RULES if ephemeral else POD_RULES)
         assert hook["clientConfig"]["service"] == {
             "name": FULLNAME, "namespace": NAMESPACE, "path": "/mutate", "port": 443,
         }  # fmt: skip
@@ -112,10 +116,23 @@ def test_failure_policy_and_timeout_are_values() -> None:
     assert manifest.pod_spec()["priorityClassName"] == "system-cluster-critical"
 
 
+def test_ephemeral_containers_entry_reviews_every_pod_outside_the_excluded_namespaces() -> None:
+    """No opt-in label decides it: on 1.20/1.21 the reviewed EphemeralContainers object has no
+    pod labels, and a pod label (debug=disabled) must not be a way around the gate."""
+    hook = render().webhooks()["ephemeral.sidecar-debug.io"]
+    assert "objectSelector" not in hook
+    assert expressions(hook["namespaceSelector"]) == {
+        "kubernetes.io/metadata.name": ("NotIn", EXCLUDED),
+    }  # fmt: skip
+
+
 def test_entries_can_be_switched_off() -> None:
     hooks = render(sets=["injection.podOptIn=false"]).webhooks()
-    assert list(hooks) == ["namespace.sidecar-debug.io"]
-    manifest = render(sets=["injection.podOptIn=false", "injection.namespaceOptIn=false"])
+    assert list(hooks) == ["namespace.sidecar-debug.io", "ephemeral.sidecar-debug.io"]
+    hooks = render(sets=["injection.podOptIn=false", "injection.namespaceOptIn=false"]).webhooks()
+    assert list(hooks) == ["ephemeral.sidecar-debug.io"]
+    manifest = render(sets=["injection.podOptIn=false", "injection.namespaceOptIn=false",
+                            "injection.ephemeralContainers=false"])  # fmt: skip
     assert not manifest.has("MutatingWebhookConfiguration")
 
 

@@ -136,6 +136,8 @@ def env(lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         _apply(cluster, {"apiVersion": "v1", "kind": "Namespace",
                          "metadata": {"name": ns, "labels": labels}})  # fmt: skip
     cluster.kubectl("delete", "secret", SECRET, "-n", HOOK_NS, "--ignore-not-found")
+    # The empty Secret the chart creates at install (the webhook may not create Secrets).
+    _apply(cluster, rotation.empty_secret(HOOK_NS, SECRET))
     sa_args = ("get", "serviceaccount", "default", "-n", APPS_NS)
     _wait(lambda: cluster.kubectl(*sa_args, check=False).returncode == 0, 60, "default SA")
     cluster_ip = create_service(cluster, SERVICE, HOOK_NS, port=PORT)
@@ -169,7 +171,7 @@ def env(lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         rotation.ENV_CA_OVERLAP_SECONDS: str(CA_OVERLAP_SECONDS),
         "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
     })  # fmt: skip
-    # Started together, so both race to create the Secret.
+    # Started together, so both race to fill the Secret.
     replicas = [_start_replica(process_env, cluster_ip, logs, n) for n in (1, 2)]
     context = Env(cluster, cluster_ip, replicas, process_env)
     try:
@@ -332,6 +334,8 @@ def test_helm_upgrade_twice_keeps_the_ca(lite_cluster: Cluster, tmp_path: Path) 
     settings = yaml.safe_load(config_map["data"]["config.yaml"])
     secret_name = settings["certificatesSecret"]
     hook_name = settings["webhookConfiguration"]
+    # The chart creates the Secret as a pre-install hook: not in the release's manifest, so no
+    # upgrade touches what the webhook wrote.
     assert not [o for o in objects if o["kind"] == "Secret"
                 and o["metadata"]["name"] == secret_name], "Helm must not own the self Secret"
     service = next(o for o in objects if o["kind"] == "Service")
@@ -377,7 +381,7 @@ def test_helm_upgrade_twice_keeps_the_ca(lite_cluster: Cluster, tmp_path: Path) 
         return found
 
     try:
-        ca = _wait(secret_ca, 90, "the webhook to create its Secret")
+        ca = _wait(secret_ca, 90, "the webhook to fill its Secret")
         _wait(lambda: bundles() and set(bundles()) == {ca}, 60, "caBundle in every entry")
         for replica in replicas:
             _wait(lambda r=replica: _get(r.direct_port, ca, "/readyz", svc_name) == 200, 60,

@@ -1,8 +1,9 @@
 """The `self` certificates mode: rotation planning and the manager that applies it.
 
-The TLS Secret is the source of truth. The first replica creates it (a 409 Conflict means
-another replica won: read theirs), every replica renews through resourceVersion-conditional
-updates (a 409 means someone else already did: re-read), the CA is rolled with an overlap, and
+The TLS Secret is the source of truth. The chart creates it empty (so the webhook needs only
+`get`/`update` on it by name, never `create`); the first replica fills it and every replica renews
+through resourceVersion-conditional updates (a 409 means another replica already did: re-read
+theirs), the CA is rolled with an overlap, and
 the CA bundle is written into the `caBundle` of every entry of the webhook configurations (and
 written again when something blanks it).
 
@@ -270,6 +271,33 @@ def _decode_bundle(value: str | None) -> bytes:
         return b""
 
 
+def empty_secret(namespace: str, name: str) -> dict[str, Any]:
+    """The Secret the chart creates for `self` mode (templates/tls-secret.yaml): the type and the
+    keys a kubernetes.io/tls Secret must have, all empty, for the webhook to fill."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "type": constants.SECRET_TYPE_TLS,
+        "data": {KEY_TLS_CRT: "", KEY_TLS_KEY: "", KEY_CA_CRT: ""},
+    }
+
+
+def is_empty_secret(secret: Mapping[str, Any]) -> bool:
+    """True for a Secret with no data or only empty values (the chart's, before the first fill)."""
+    return not any((secret.get("data") or {}).values())
+
+
+def missing_secret_message(namespace: str, name: str) -> str:
+    return (
+        f"Secret {namespace}/{name} does not exist: the chart creates it empty at install and "
+        "the webhook fills it (it may only get and update it). Recreate it with "
+        f"`sidecar-debug certs ensure -n {namespace} --secret {name}`, or "
+        f"`kubectl -n {namespace} create secret generic {name} --type={constants.SECRET_TYPE_TLS}"
+        " --from-literal=tls.crt= --from-literal=tls.key=`"
+    )
+
+
 class SelfManager:
     """Keeps the Secret, the webhook configurations' caBundle and local files in step.
 
@@ -328,9 +356,10 @@ class SelfManager:
         }
 
     def _owner_reference(self) -> dict[str, Any] | None:
-        """The webhook configuration as the Secret's owner: Helm does not know the Secret (the
-        webhook made it), so `helm uninstall` deleting the configuration lets the garbage
-        collector remove the Secret too. No blockOwnerDeletion: it needs finalizer rights."""
+        """The webhook configuration as the Secret's owner: Helm created the Secret as an
+        install hook and never deletes it, so `helm uninstall` deleting the configuration lets
+        the garbage collector remove the Secret. No blockOwnerDeletion: it needs finalizer
+        rights."""
         kind = WEBHOOK_KINDS[0]
         try:
             obj = self.store.read_webhook_configuration(kind, self.webhook_configuration)
@@ -371,18 +400,19 @@ class SelfManager:
     def ensure(
         self, *, force_serving: bool = False, force_ca: bool = False, attempts: int = 8
     ) -> tuple[TLSState, list[str]]:
-        """Create the Secret if absent, rotate what is due, and return the stored state."""
+        """Fill the empty Secret, rotate what is due, and return the stored state."""
         for _ in range(attempts):
             current = self.store.read_secret(self.namespace, self.secret_name)
+            if current is None:
+                raise CertificateError(missing_secret_message(self.namespace, self.secret_name))
+            if current.get("type") != constants.SECRET_TYPE_TLS:
+                raise CertificateError(
+                    f"Secret {self.namespace}/{self.secret_name} has type "
+                    f"{current.get('type')!r}, not {constants.SECRET_TYPE_TLS}: "
+                    "delete it or choose another certificatesSecret"
+                )
             state: TLSState | None = None
-            if current is not None:
-                if current.get("type") != constants.SECRET_TYPE_TLS:
-                    raise CertificateError(
-                        f"Secret {self.namespace}/{self.secret_name} has type "
-                        f"{current.get('type')!r}, not {constants.SECRET_TYPE_TLS}: "
-                        "delete it or choose "
-                        "another certificatesSecret"
-                    )
+            if not is_empty_secret(current):
                 try:
                     state = TLSState.from_secret_data(current.get("data"))
                 except CertificateError as exc:
@@ -399,13 +429,10 @@ class SelfManager:
                 assert state is not None  # noqa: S101 - plan_rotation always acts on None
                 return state, []
             try:
-                if current is None:
-                    self.store.create_secret(self.namespace, self._secret_body(new_state, None))
-                else:
-                    body = self._secret_body(new_state, current)
-                    self.store.replace_secret(self.namespace, self.secret_name, body)
+                body = self._secret_body(new_state, current)
+                self.store.replace_secret(self.namespace, self.secret_name, body)
             except ConflictError:
-                # Another replica created or changed it first: theirs wins, decide again.
+                # Another replica filled or changed it first: theirs wins, decide again.
                 log.info("Secret %s/%s changed concurrently; re-reading",
                          self.namespace, self.secret_name)  # fmt: skip
                 continue
@@ -474,8 +501,8 @@ def _ensure_logging(settings: Settings) -> None:
 def prepare_serving_files(settings: Settings) -> tuple[str, str]:
     """The certificate and key files the server should load.
 
-    `self` mode: make sure the Secret exists (create it or read the winner's), write its pair
-    into a private in-memory directory (0600) and return those paths. Other modes: the
+    `self` mode: make sure the Secret holds a pair (fill it or read the winner's), write that
+    pair into a private in-memory directory (0600) and return those paths. Other modes: the
     configured files (the chart mounts the Secret at /etc/sidecar-debug/tls/)."""
     if settings.certificates_mode != "self":
         if not (settings.tls_cert_file and settings.tls_key_file):
@@ -494,7 +521,7 @@ def prepare_serving_files(settings: Settings) -> tuple[str, str]:
         raise
     except Exception as exc:  # noqa: BLE001 - API/config errors: one clear line, not a traceback
         raise CertificateError(
-            f"certificatesMode self: cannot read or create Secret {settings.certificates_secret}"
+            f"certificatesMode self: cannot read or update Secret {settings.certificates_secret}"
             f": {type(exc).__name__}: {exc}"
         ) from exc
     return cert_file, key_file
@@ -537,6 +564,8 @@ def start_background_maintenance(
             while not stop.wait(period):
                 try:
                     the_manager.run_once(cert_file, key_file)
+                except CertificateError as exc:  # says what to do; a traceback would not help
+                    log.warning("certificate maintenance: %s; retrying in %ss", exc, period)
                 except Exception:  # noqa: BLE001 - keep serving; the next round retries
                     log.exception("certificate maintenance failed; retrying in %ss", period)
 

@@ -202,8 +202,32 @@ def _summary(state: rotation.TLSState) -> str:
     return "\n".join(lines)
 
 
+def _create_empty_secret(manager: rotation.SelfManager) -> bool:
+    """Create the empty Secret the chart creates at install, when it is missing (a cluster
+    without the chart, or a deleted Secret). The CLI runs with the user's credentials; the
+    webhook itself has no `create` on secrets. True when it was created here."""
+    if manager.store.read_secret(manager.namespace, manager.secret_name) is not None:
+        return False
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from webhook.kube.client import api_client
+
+    body = rotation.empty_secret(manager.namespace, manager.secret_name)
+    core: Any = client.CoreV1Api(api_client())  # plain dicts in, as webhook.kube.secrets does
+    try:
+        core.create_namespaced_secret(manager.namespace, body)
+    except ApiException as exc:
+        if exc.status == 409:  # created meanwhile (the chart, another `ensure`): fill theirs
+            return False
+        raise
+    return True
+
+
 def cmd_ensure(args: argparse.Namespace) -> int:
     manager = _manager(args)
+    if _create_empty_secret(manager):
+        print(f"Secret {manager.namespace}/{manager.secret_name}: created (empty)")
     state, reasons = manager.ensure()
     patched = manager.reconcile_ca_bundle(state.bundle_pem)
     print(f"Secret {manager.namespace}/{manager.secret_name}: {'; '.join(reasons) or 'up to date'}")
@@ -268,7 +292,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ver.add_argument("--name", action="append", help="name to verify for (repeatable)")
     ver.set_defaults(func=cmd_verify)
 
-    ens = sub.add_parser("ensure", help="self mode: create/renew the Secret, write the caBundle")
+    ens = sub.add_parser("ensure", help="self mode: fill/renew the Secret, write the caBundle")
     _cluster_flags(ens)
     ens.set_defaults(func=cmd_ensure)
 

@@ -18,8 +18,6 @@ class SecretStore(Protocol):
 
     def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
-    def create_secret(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
-
     def replace_secret(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
     def read_webhook_configuration(self, kind: str, name: str) -> dict[str, Any] | None: ...
@@ -35,7 +33,8 @@ WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration
 class KubernetesStore:
     """SecretStore over the official client, keeping objects as plain dicts.
 
-    Raises ConflictError on 409 (create of an existing object, or a stale resourceVersion)."""
+    Raises ConflictError on 409 (a stale resourceVersion). No `create`: the webhook may only read
+    and update the Secret the chart made (RBAC cannot limit `create` by name)."""
 
     def __init__(self, api_client: Any = None) -> None:
         from kubernetes import client
@@ -67,10 +66,6 @@ class KubernetesStore:
 
     def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._call(self._core.read_namespaced_secret, name, namespace)
-
-    def create_secret(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        result = self._call(self._core.create_namespaced_secret, namespace, body)
-        return self._must(result, "Secret")
 
     def replace_secret(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         result = self._call(self._core.replace_namespaced_secret, name, namespace, body)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import copy
 import datetime as dt
+import logging
 import stat
 import threading
 import time
@@ -22,15 +23,19 @@ NAMES = pki.service_dns_names("sidecar-debug", NS)
 
 
 class FakeStore:
-    """Secrets and webhook configurations as dicts; 409 on create-existing or stale RV."""
+    """Secrets and webhook configurations as dicts; 409 on a stale resourceVersion. Like the
+    webhook's RBAC, it can read and replace but not create: the chart creates the empty Secret
+    (`with_secret=False`: a cluster without it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, with_secret: bool = True) -> None:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.version = 0
         self.lock = threading.Lock()
         self.writes: list[tuple[str, str]] = []
         # Called between a read and the next write, to let a "other replica" act.
         self.before_write: list[Any] = []
+        if with_secret:
+            self.put("Secret", f"{NS}/{SECRET}", rotation.empty_secret(NS, SECRET))
 
     def _bump(self, obj: dict[str, Any]) -> dict[str, Any]:
         self.version += 1
@@ -45,16 +50,6 @@ class FakeStore:
         with self.lock:
             obj = self.objects.get(("Secret", f"{namespace}/{name}"))
             return copy.deepcopy(obj)
-
-    def create_secret(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        self._hook()
-        with self.lock:
-            key = ("Secret", f"{namespace}/{body['metadata']['name']}")
-            if key in self.objects:
-                raise secrets.ConflictError("AlreadyExists")
-            self.writes.append(key)
-            self.objects[key] = copy.deepcopy(body)
-            return self._bump(self.objects[key])
 
     def _replace(self, key: tuple[str, str], body: dict[str, Any]) -> dict[str, Any]:
         self._hook()
@@ -125,9 +120,13 @@ def _manager(store: FakeStore, clock: Clock | None = None, **policy: Any) -> rot
     )  # fmt: skip
 
 
-def test_creates_the_secret_once_and_then_reads_it() -> None:
+def test_fills_the_charts_empty_secret_once_and_then_reads_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     store = FakeStore()
-    state, reasons = _manager(store).ensure()
+    with caplog.at_level(logging.WARNING):
+        state, reasons = _manager(store).ensure()
+    assert not caplog.records, "the chart's empty Secret is expected, not a problem"
     assert reasons == ["created CA and serving certificate"]
     secret = store.objects[("Secret", f"{NS}/{SECRET}")]
     assert secret["type"] == "kubernetes.io/tls"
@@ -138,11 +137,11 @@ def test_creates_the_secret_once_and_then_reads_it() -> None:
     assert len(store.writes) == 1
 
 
-def test_create_conflict_reads_the_winner() -> None:
+def test_fill_conflict_reads_the_winner() -> None:
     store = FakeStore()
     winner = _manager(store)
     won: list[rotation.TLSState] = []
-    # Between our read (404) and our create, another replica creates the Secret.
+    # Between our read (empty) and our write, another replica fills the Secret.
     store.before_write.append(lambda: won.append(winner.ensure()[0]))
     state, reasons = _manager(store).ensure()
     assert reasons == [] and state == won[0]
@@ -180,20 +179,50 @@ def test_renewal_is_conditional_and_concurrent_renewals_converge() -> None:
     assert reasons == []
     assert state.serving != first.serving and state.signer == first.signer
     assert store.secret_state() == state
-    assert len(store.writes) == 2  # create + one renewal
+    assert len(store.writes) == 2  # fill + one renewal
 
 
-def test_unusable_secret_is_regenerated_wrong_type_is_refused() -> None:
+def test_unusable_secret_is_regenerated_wrong_type_is_refused(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     store = FakeStore()
-    empty = {"tls.crt": "", "tls.key": ""}
-    broken = {"metadata": {"name": SECRET}, "type": "kubernetes.io/tls", "data": empty}
+    junk = base64.b64encode(b"not a certificate").decode()
+    broken = {"metadata": {"name": SECRET}, "type": "kubernetes.io/tls",
+              "data": {"tls.crt": junk, "tls.key": junk}}  # fmt: skip
     store.put("Secret", f"{NS}/{SECRET}", broken)
-    state, reasons = _manager(store).ensure()
+    with caplog.at_level(logging.WARNING):
+        state, reasons = _manager(store).ensure()
     assert reasons == ["created CA and serving certificate"]
     assert store.secret_state() == state
+    assert "unusable" in caplog.text
     store.put("Secret", f"{NS}/{SECRET}", {"metadata": {"name": SECRET}, "type": "Opaque"})
     with pytest.raises(pki.CertificateError, match="Opaque"):
         _manager(store).ensure()
+
+
+def test_missing_secret_is_an_error_that_says_how_to_recreate_it() -> None:
+    """The webhook may not create Secrets (RBAC cannot limit `create` by name): a missing Secret
+    is reported with the commands that recreate it, and nothing is written."""
+    store = FakeStore(with_secret=False)
+    with pytest.raises(pki.CertificateError) as caught:
+        _manager(store).ensure()
+    message = str(caught.value)
+    assert f"Secret {NS}/{SECRET} does not exist" in message
+    assert f"sidecar-debug certs ensure -n {NS} --secret {SECRET}" in message
+    assert f"kubectl -n {NS} create secret generic {SECRET} --type=kubernetes.io/tls" in message
+    assert store.writes == []
+
+
+def test_empty_secret_matches_the_charts() -> None:
+    chart = Path(__file__).resolve().parents[3] / "charts/sidecar-debug/templates/tls-secret.yaml"
+    text = chart.read_text()
+    body = rotation.empty_secret(NS, SECRET)
+    assert f"type: {body['type']}" in text
+    for key in body["data"]:
+        assert f'  {key}: ""' in text
+    assert rotation.is_empty_secret(body)
+    assert rotation.is_empty_secret({"data": None})
+    assert not rotation.is_empty_secret({"data": {"tls.crt": "eA=="}})
 
 
 def test_ca_bundle_is_written_into_every_entry_and_restored_when_blanked() -> None:
