@@ -13,15 +13,19 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from webhook import constants, metrics
 from webhook.admission import review as admission
+from webhook.admission.ephemeral import review_ephemeral
 from webhook.admission.review import Request, Review
 from webhook.config import Settings
 from webhook.inject import pipeline
 from webhook.logs import REVIEW_LOGGER, log_fields
 from webhook.policy.api import AllowAll, PolicyEngine
+
+if TYPE_CHECKING:
+    from webhook.kube.access import PodReader
 
 log = logging.getLogger(REVIEW_LOGGER)
 HANDLED_API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
@@ -31,13 +35,14 @@ HANDLED_API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 class Outcome:
     """Everything one review decided, for the response, the log line and the metrics."""
 
-    decision: str  # injected | skipped | denied | ignored | error
+    decision: str  # injected | attached | skipped | denied | ignored | error
     reason: str
     message: str
     patch: list[dict[str, Any]] = field(default_factory=list)
     profile: str = ""
     grant: str = ""
     warnings: list[str] = field(default_factory=list)
+    code: int | None = None  # HTTP code of a denial; None: 403 (400 for an unknown profile)
 
 
 def _ignored(reason: str, message: str) -> Outcome:
@@ -50,9 +55,20 @@ def _pod_name(pod: dict[str, Any]) -> str:
 
 
 class Mutator:
-    def __init__(self, settings: Settings, policy: PolicyEngine | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        policy: PolicyEngine | None = None,
+        pods: PodReader | None = None,
+    ) -> None:
         self.settings = settings
         self.policy: PolicyEngine = policy if policy is not None else AllowAll()
+        # Ephemeral-container reviews from Kubernetes < 1.22 read the pod; the policy gate's
+        # cluster client can (webhook.kube.access.KubernetesClusterAPI.read_pod).
+        cluster = getattr(self.policy, "cluster", None)
+        if pods is None and hasattr(cluster, "read_pod"):
+            pods = cluster
+        self.pods = pods
 
     def review(self, body: Any) -> Review:
         started = time.perf_counter()
@@ -116,8 +132,10 @@ class Mutator:
             request if isinstance(request, dict) else _echo_uid(body),
             allowed=not denied,
             patch=outcome.patch,
-            message=outcome.message if outcome.decision != "injected" else None,
-            code=(403 if outcome.reason != "unknown-profile" else 400) if denied else None,
+            message=outcome.message if outcome.decision not in ("injected", "attached") else None,
+            code=(outcome.code or (403 if outcome.reason != "unknown-profile" else 400))
+            if denied
+            else None,
             warnings=outcome.warnings,
             audit=audit if request is not None else None,
             api_version=api_version,
@@ -126,6 +144,22 @@ class Mutator:
     def _review_request(self, request: Request) -> Outcome:
         kind = request.get("kind") or {}
         resource = request.get("resource") or {}
+        if (
+            request.get("subResource") == "ephemeralcontainers"
+            and resource.get("resource") == "pods"
+            and resource.get("group", "") == ""
+        ):
+            ephemeral = review_ephemeral(request, self.settings, self.policy, self.pods)
+            return Outcome(
+                ephemeral.status,
+                ephemeral.reason,
+                ephemeral.message,
+                patch=ephemeral.patch,
+                profile=ephemeral.profile,
+                grant=ephemeral.grant,
+                warnings=ephemeral.warnings,
+                code=ephemeral.code,
+            )
         if (
             kind.get("kind") != "Pod"
             or kind.get("group", "") != ""
