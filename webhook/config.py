@@ -425,6 +425,30 @@ def load_settings(
     return settings
 
 
+def settings_from_document(
+    document: Any, source: str, profile_set: ProfileSet, *, ignore_unknown: bool = False
+) -> Settings:
+    """Settings from a parsed settings document read from the cluster (the chart's settings
+    ConfigMap, for `attach` and the session commands): no environment, no file is read, and
+    `profile_set` stands for profilesFile (a path inside the webhook's pod). `ignore_unknown`
+    skips keys a newer chart may add."""
+    _require(isinstance(document, dict), source, "must be a mapping of settings")
+    values: dict[str, Any] = {}
+    for key, value in document.items():
+        if key not in _BY_CAMEL:
+            _require(
+                ignore_unknown,
+                f"{source}: {key}",
+                f"unknown setting; known: {', '.join(sorted(_BY_CAMEL))}",
+            )
+            continue
+        values[_BY_CAMEL[key]] = _coerce(_BY_CAMEL[key], value, source)
+    values.pop("profiles_file", None)
+    settings = Settings(**values, profile_set=profile_set)
+    validate(settings)
+    return settings
+
+
 def validate(settings: Settings) -> None:
     for name, choices in _CHOICES.items():
         value = getattr(settings, name)
