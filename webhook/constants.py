@@ -72,3 +72,13 @@ ATTACHED_CONTAINER_PREFIX: Final = f"{DEFAULT_SIDECAR_NAME}-"
 
 # Environment variable prefix for settings (SIDECAR_DEBUG_TOOLSET_IMAGE, ...).
 ENV_PREFIX: Final = "SIDECAR_DEBUG_"
+
+# The chart's settings ConfigMaps, read by `attach` and the session commands (toolset image and
+# profiles of the installed webhook).
+LABEL_PART_OF: Final = "app.kubernetes.io/part-of"  # value PRODUCT on the webhook configuration
+ANNOTATION_SETTINGS: Final = f"{DOMAIN}/settings"  # on it: NAMESPACE/NAME of the settings ConfigMap
+ANNOTATION_PROFILES_CONFIGMAP: Final = f"{DOMAIN}/profiles-configmap"  # on the settings ConfigMap
+SETTINGS_KEY: Final = "config.yaml"
+PROFILES_KEY: Final = "profiles.yaml"
+DEFAULT_SETTINGS_CONFIGMAP: Final = f"{PRODUCT}/{PRODUCT}-config"  # the default chart install
+ENV_SETTINGS_CONFIGMAP: Final = "SIDECAR_DEBUG_SETTINGS_CONFIGMAP"  # NAMESPACE/NAME
