@@ -92,8 +92,10 @@ def _check(status: int, body: bytes, expected_status: int, expected_text: str) -
     assert expected_text in text
     answer = json.loads(body)
     if status == 200:
+        # An AdmissionReview answer; whether a malformed pod is admitted or refused (with a
+        # message naming the field) is the review's business (tests/unit/admission).
         assert answer["kind"] == "AdmissionReview"
-        assert answer["response"]["allowed"] is True
+        assert isinstance(answer["response"]["allowed"], bool)
         if b'"uid"' in body and expected_text != "not an AdmissionReview":
             assert answer["response"]["uid"] in (UID, "")
     else:
