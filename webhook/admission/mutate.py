@@ -15,12 +15,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from webhook import constants, metrics
+from webhook import constants, jsonio, metrics
 from webhook.admission import review as admission
 from webhook.admission.ephemeral import review_ephemeral
 from webhook.admission.review import Request, Review
 from webhook.config import Settings
 from webhook.inject import pipeline
+from webhook.inject.decision import decide
 from webhook.logs import REVIEW_LOGGER, log_fields
 from webhook.policy.api import AllowAll, PolicyEngine
 
@@ -182,6 +183,9 @@ class Mutator:
         namespace = str(
             request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or ""
         )
+        too_large = self._too_many_containers(pod, namespace)
+        if too_large:
+            return too_large
         result = pipeline.run(
             pod,
             namespace,
@@ -190,6 +194,12 @@ class Mutator:
             user=request.get("userInfo") or {},
             dry_run=bool(request.get("dryRun")),
         )
+        if result.status == "injected":
+            size = len(jsonio.dumps(result.patch))
+            if size > self.settings.max_patch_bytes:
+                return _too_large(
+                    f"the sidecar's patch would be {size} bytes, more than maxPatchBytes "
+                    f"({self.settings.max_patch_bytes})", "maxPatchBytes")
         return Outcome(
             result.status,
             result.reason,
@@ -199,6 +209,33 @@ class Mutator:
             grant=result.grant,
             warnings=result.warnings,
         )
+
+    def _too_many_containers(self, pod: dict[str, Any], namespace: str) -> Outcome | None:
+        """Above maxPodContainers a pod that asks for the sidecar is admitted without it, before
+        any injection work: such a pod would cost every other review its time (10,000
+        containers: 0.3 s and a 2 MB patch). A mature injector skips with a warning rather than
+        block the workload, so the pod is admitted as it is."""
+        spec = pod["spec"]
+        count = sum(
+            len(containers)
+            for key in ("containers", "initContainers", "ephemeralContainers")
+            if isinstance(containers := spec.get(key), list)
+        )
+        limit = self.settings.max_pod_containers
+        if count <= limit or not decide(pod, namespace, self.settings).inject:
+            return None
+        return _too_large(
+            f"the pod has {count} containers, more than maxPodContainers ({limit})",
+            "maxPodContainers",
+        )
+
+
+def _too_large(why: str, setting: str) -> Outcome:
+    message = (
+        f"sidecar-debug: not injected: {why}; the pod is admitted without the debug sidecar. "
+        f"Debug a smaller pod, or raise {setting} in the webhook's settings."
+    )
+    return Outcome("skipped", "pod-too-large", message, warnings=[message])
 
 
 def _echo_uid(body: Any) -> Request | None:
