@@ -25,6 +25,12 @@ ANNOTATION_INJECT: Final = f"{DOMAIN}/inject"  # "false" opts the pod out
 ANNOTATION_PROFILE: Final = f"{DOMAIN}/profile"  # lttng | perf | bcc | full | a custom profile
 ANNOTATION_RUNTIME: Final = f"{DOMAIN}/runtime"  # dotnet | node | python | java
 ANNOTATION_TOOLSET_IMAGE: Final = f"{DOMAIN}/toolset-image"  # honoured only if policy allows it
+# injected | standby. Also read as a namespace LABEL: the default mode of the namespace's pods.
+ANNOTATION_MODE: Final = f"{DOMAIN}/mode"
+LABEL_NAMESPACE_MODE: Final = ANNOTATION_MODE
+MODE_INJECTED: Final = "injected"  # the toolset runs as a sidecar from the start
+MODE_STANDBY: Final = "standby"  # only the inert wiring; `attach` adds the toolset when needed
+MODES: Final = (MODE_INJECTED, MODE_STANDBY)
 
 # Annotations the webhook writes.
 ANNOTATION_STATUS: Final = (
@@ -33,6 +39,17 @@ ANNOTATION_STATUS: Final = (
 ANNOTATION_OVERDUE_AFTER: Final = (
     f"{DOMAIN}/overdue-after"  # RFC 3339 time set by a policy's maxSessionDuration
 )
+
+# Node labels and pod fields that say which OS a pod runs on (the toolset is a Linux image).
+LABEL_OS: Final = "kubernetes.io/os"
+LABEL_OS_BETA: Final = "beta.kubernetes.io/os"
+OS_LINUX: Final = "linux"
+
+# What the expiry controller does with a session past maxSessionDuration (policy `onExpiry`).
+ON_EXPIRY_REPORT: Final = "report"  # a Warning Event on the pod and the metrics
+ON_EXPIRY_EVICT: Final = "evict"  # the Eviction API (PodDisruptionBudgets apply)
+ON_EXPIRY_STOP: Final = "stop"  # stop the processes of attached (ephemeral) toolset containers
+ON_EXPIRY_ACTIONS: Final = (ON_EXPIRY_REPORT, ON_EXPIRY_EVICT, ON_EXPIRY_STOP)
 
 # Label the webhook's own namespace carries (kubernetes >= 1.21 sets it on every namespace).
 LABEL_NAMESPACE_NAME: Final = "kubernetes.io/metadata.name"
@@ -62,6 +79,12 @@ AUDIT_GRANT: Final = "grant"
 # Environment of the toolset container (injected sidecar and attached ephemeral container).
 ENV_PROFILE: Final = "SIDECAR_DEBUG_PROFILE"  # the profile it runs with
 ENV_TECHNIQUES: Final = "SIDECAR_DEBUG_TECHNIQUES"  # comma-separated techniques of that profile
+# Pods that run to completion (restartPolicy Never/OnFailure) without native sidecars: the
+# toolset exits 0 once the app's processes are gone, so that the Job completes
+# (toolset/bin/toolset-entrypoint reads them).
+ENV_EXIT_WITH_APP: Final = "SIDECAR_DEBUG_EXIT_WITH_APP"
+ENV_EXIT_WITH_APP_VALUE: Final = "true"
+ENV_APP_CONTAINERS: Final = "SIDECAR_DEBUG_APP_CONTAINERS"  # comma-separated, informational
 # Set by `attach` on the ephemeral container: with the name prefix, what marks it as ours.
 ENV_ATTACHED: Final = "SIDECAR_DEBUG_ATTACHED"
 ENV_ATTACHED_VALUE: Final = "true"

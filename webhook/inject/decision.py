@@ -52,6 +52,57 @@ def is_injected(pod: dict[str, Any], settings: Settings) -> bool:
     return container in names
 
 
+def _os_in_selector_terms(affinity: Any) -> set[str] | None:
+    """The OSes a required node affinity allows, when every term pins kubernetes.io/os (terms
+    are ORed, a term's expressions ANDed); None when some term leaves the OS open."""
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = (
+        node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+        if isinstance(node_affinity, dict)
+        else None
+    )
+    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+    if not isinstance(terms, list) or not terms:
+        return None
+    allowed: set[str] = set()
+    for term in terms:
+        expressions = term.get("matchExpressions") if isinstance(term, dict) else None
+        pinned = [
+            e
+            for e in expressions or ()
+            if isinstance(e, dict)
+            and e.get("key") in (constants.LABEL_OS, constants.LABEL_OS_BETA)
+            and e.get("operator") == "In"
+            and isinstance(e.get("values"), list)
+        ]
+        if not pinned:
+            return None
+        allowed |= {str(v).lower() for v in pinned[0]["values"]}
+    return allowed
+
+
+def foreign_os(pod: dict[str, Any]) -> str | None:
+    """Why the pod cannot run on a Linux node, or None: spec.os.name, a nodeSelector or a
+    required node affinity naming only other operating systems (e.g. windows)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return None
+    os_field = spec.get("os")
+    name = os_field.get("name") if isinstance(os_field, dict) else None
+    if isinstance(name, str) and name.lower() != constants.OS_LINUX:
+        return f"spec.os.name is {name!r}"
+    selector = spec.get("nodeSelector")
+    if isinstance(selector, dict):
+        for key in (constants.LABEL_OS, constants.LABEL_OS_BETA):
+            value = selector.get(key)
+            if isinstance(value, str) and value.lower() != constants.OS_LINUX:
+                return f"nodeSelector {key}={value}"
+    allowed = _os_in_selector_terms(spec.get("affinity"))
+    if allowed is not None and constants.OS_LINUX not in allowed:
+        return f"required node affinity {constants.LABEL_OS} in ({', '.join(sorted(allowed))})"
+    return None
+
+
 def decide(
     pod: dict[str, Any],
     namespace: str,
@@ -80,6 +131,14 @@ def decide(
         )
     if is_injected(pod, settings):
         return Decision(False, "already-injected", "pod already has the debug sidecar")
+    why = foreign_os(pod)
+    if why is not None:
+        return Decision(
+            False,
+            "unsupported-os",
+            f"pod runs on non-Linux nodes ({why}); the debug toolset is a Linux container, so "
+            "nothing was injected",
+        )
     profile_name = (
         profile_override
         or annotations.get(constants.ANNOTATION_PROFILE)

@@ -70,8 +70,10 @@ def run(
     *,
     user: UserInfo | None = None,
     dry_run: bool = False,
+    completes: bool | None = None,
 ) -> PipelineResult:
-    """Inject `pod` (never modified) as the webhook would; the patch turns `pod` into `.pod`."""
+    """Inject `pod` (never modified) as the webhook would; the patch turns `pod` into `.pod`.
+    `completes`: the pod runs to completion (a Job's template); None = by its restartPolicy."""
     decision = decide(pod, namespace, settings)
     warnings = list(decision.warnings)
     if decision.refuse:
@@ -122,6 +124,7 @@ def run(
         grant=result.grant,
         reason=result.reason,
         extra_annotations=dict(result.annotations),
+        completes=completes,
     )
     mutated, notes = inject_pod(pod, plan, settings)
     downgraded = profile.name != decision.profile.name

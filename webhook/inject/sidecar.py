@@ -27,6 +27,9 @@ class InjectionPlan:
     grant: str = "none"
     reason: str = "inject"
     extra_annotations: dict[str, str] = field(default_factory=dict)
+    # Does the pod run to completion (Job, CronJob, bare pod with restartPolicy Never or
+    # OnFailure)? None: read the pod's restartPolicy. Offline `inject` of a Job says True.
+    completes: bool | None = None
 
 
 @dataclass
@@ -148,11 +151,31 @@ def toolset_env(profile: Profile) -> list[dict[str, Any]]:
     return env
 
 
+RUN_TO_COMPLETION = frozenset({"Never", "OnFailure"})
+
+
+def runs_to_completion(spec: dict[str, Any], plan: InjectionPlan) -> bool:
+    if plan.completes is not None:
+        return plan.completes
+    return spec.get("restartPolicy") in RUN_TO_COMPLETION
+
+
 def build_sidecar(
-    plan: InjectionPlan, settings: Settings, name: str, mounts: list[dict[str, Any]]
+    plan: InjectionPlan,
+    settings: Settings,
+    name: str,
+    mounts: list[dict[str, Any]],
+    exit_with: list[str] | None = None,
 ) -> dict[str, Any]:
+    """The toolset container; `exit_with` (the app containers' names) makes it exit once the
+    app has (a pod that runs to completion, without native sidecars)."""
     profile = plan.profile
     env = toolset_env(profile)
+    if exit_with is not None:
+        env += [
+            {"name": constants.ENV_EXIT_WITH_APP, "value": constants.ENV_EXIT_WITH_APP_VALUE},
+            {"name": constants.ENV_APP_CONTAINERS, "value": ",".join(exit_with)},
+        ]
     container: dict[str, Any] = {
         "name": name,
         "image": plan.image or settings.toolset_image,
@@ -258,9 +281,20 @@ def inject_pod(
         c.get("name") for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
     }
     name = _unique_name(settings.sidecar_name, {n for n in taken if isinstance(n, str)})
-    sidecar = build_sidecar(plan, settings, name, sidecar_mounts)
-    annotations: dict[str, str] = metadata.setdefault("annotations", {})
     containers = spec.setdefault("containers", [])
+    exit_with: list[str] | None = None
+    if runs_to_completion(spec, plan) and not settings.native_sidecar:
+        # Without native sidecars (Kubernetes < 1.29) a toolset that idles forever would keep a
+        # Job's pod running: the toolset exits 0 once the app's processes are gone.
+        exit_with = [str(c.get("name", "")) for c in containers]
+        if spec.get("hostPID") or not spec.get("shareProcessNamespace"):
+            notes.warnings.append(
+                "sidecar-debug: the pod runs to completion but the toolset cannot see the app's "
+                "processes (no shared PID namespace), so it cannot exit with the app: the pod "
+                "keeps running after the app ends until the sidecar is stopped"
+            )
+    sidecar = build_sidecar(plan, settings, name, sidecar_mounts, exit_with)
+    annotations: dict[str, str] = metadata.setdefault("annotations", {})
     if settings.native_sidecar:
         spec.setdefault("initContainers", []).insert(0, sidecar)
     else:

@@ -24,6 +24,8 @@ TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
     "Job": ("spec", "template"),
     "CronJob": ("spec", "jobTemplate", "spec", "template"),
 }
+# Kinds whose pods run to completion: the toolset must exit with the app (no native sidecars).
+COMPLETING_KINDS = frozenset({"Job", "CronJob"})
 
 
 class InjectError(ValueError):
@@ -36,6 +38,7 @@ def inject_template(
     settings: Settings,
     profile: str | None = None,
     runtime: str | None = None,
+    kind: str = "Pod",
 ) -> dict[str, Any]:
     """The injected pod (or pod template); unchanged when the decision is not to inject."""
     if profile or runtime:
@@ -49,11 +52,24 @@ def inject_template(
             annotations[constants.ANNOTATION_RUNTIME] = runtime
         metadata["annotations"] = annotations
         template["metadata"] = metadata
-    result = pipeline.run(template, namespace, settings, pipeline.OfflinePolicy())
+    # A Job's pods end whatever its template says: the toolset must exit with the app.
+    completes = True if kind in COMPLETING_KINDS else None
+    result = pipeline.run(
+        template, namespace, settings, pipeline.OfflinePolicy(), completes=completes
+    )
     if result.status == "denied":
         raise InjectError(result.message)
     for warning in result.inject_warnings + result.decision_warnings:
         print(warning, file=sys.stderr)
+    policy = (template.get("spec") or {}).get("restartPolicy")
+    if completes and result.status == "injected" and policy not in ("Never", "OnFailure"):
+        # The apiserver refuses such a Job; say so rather than guess silently.
+        print(
+            f"sidecar-debug: {kind} pod template has restartPolicy {policy or '(unset)'}, but a "
+            "Job needs Never or OnFailure (Kubernetes refuses it otherwise); the toolset was set "
+            "to exit with the app, as for every Job",
+            file=sys.stderr,
+        )
     return result.pod
 
 
@@ -91,7 +107,9 @@ def inject_document(
     target: Any = result
     for key in path[:-1]:
         target = target[key]
-    target[path[-1]] = inject_template(template, namespace, settings, profile, runtime)
+    target[path[-1]] = inject_template(
+        template, namespace, settings, profile, runtime, kind=str(kind)
+    )
     return result
 
 
