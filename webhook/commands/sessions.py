@@ -24,6 +24,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "container added by `attach`)")
     common.add_argument("--sidecar-name", default=constants.DEFAULT_SIDECAR_NAME,
                         help="name of the injected sidecar (default debug-toolset)")
+    common.add_argument("--settings-configmap", metavar="NAMESPACE/NAME",
+                        help="the installed chart's settings ConfigMap (toolset image, profiles; "
+                        f"default: ${constants.ENV_SETTINGS_CONFIGMAP}, else the one the "
+                        "webhook configuration names, else "
+                        f"{constants.DEFAULT_SETTINGS_CONFIGMAP})")
+    common.add_argument("--config", metavar="FILE",
+                        help="a local settings file instead of the cluster's settings")
+    common.add_argument("--image",
+                        help="the toolset image (default: toolsetImage from the settings); the "
+                        "container used must run it")
+
+    output = argparse.ArgumentParser(add_help=False)
+    output.add_argument("--force", action="store_true",
+                        help="replace output files that exist (never replaced otherwise)")
 
     target = argparse.ArgumentParser(add_help=False)
     group = target.add_mutually_exclusive_group()
@@ -32,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     group.add_argument("--name", metavar="PATTERN", help="regex on the process command line")
 
     flame = subparsers.add_parser(
-        "flamegraph", parents=[common, target],
+        "flamegraph", parents=[common, target, output],
         help="profile a pod's app with perf and bring back an interactive flame graph",
         description="Record the app with perf from the pod's toolset container, render the "
         "flame graph there, and copy flamegraph.html (and the folded stacks) back.")
@@ -47,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     flame.set_defaults(func=_flamegraph)
 
     tracer = subparsers.add_parser(
-        "trace", parents=[common, target],
+        "trace", parents=[common, target, output],
         help="record LTTng user-space events (or, with --function, uprobe a function)",
         description="Without --function: record the app's LTTng user-space and logging events "
         "and bring back the text and the CTF trace. With --function/--offset: trace calls of "
@@ -80,17 +94,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     att = subparsers.add_parser(
         "attach", parents=[common],
         help="add the toolset to a running pod as an ephemeral container",
-        description="For pods created before they opted in: adds the toolset image as an "
-        "ephemeral container that targets the app container (its PID namespace), without a "
-        "restart. perf reaches the app's JIT perf map through /proc/PID/root. Then use "
-        "`sidecar-debug flamegraph POD` (it finds the attached container).")
-    att.add_argument("--image", default=None,
-                     help="toolset image (default: the toolsetImage setting)")
+        description="For pods created before they opted in, and standby pods: adds the "
+        "installed webhook's toolset image as an ephemeral container that targets the app "
+        "container (its PID namespace), without a restart, mounting the pod's shared /tmp and "
+        "/var/run/lttng emptyDirs where it has them. The webhook's gate applies: a profile "
+        "that needs privileges needs your RBAC grant. Then use `sidecar-debug flamegraph POD` "
+        "(it finds the attached container). Prints the container's name first.")
     att.add_argument("--target", help="app container to target (default: the first one)")
     att.add_argument("--profile",
-                     help="apply this profile's securityContext (Kubernetes >= 1.23 only)")
-    att.add_argument("--config", help="settings file (for the default image and profiles)")
-    att.add_argument("--wait", type=float, default=120, help="seconds to wait for it to run")
+                     help="debug profile (default: the strongest one that needs no grant); its "
+                     "securityContext applies on Kubernetes >= 1.23")
+    att.add_argument("--wait", type=float, default=120,
+                     help="seconds to wait for it to run (0: do not wait)")
     att.set_defaults(func=_attach)
 
 
@@ -98,7 +113,9 @@ def _session(args: argparse.Namespace) -> sessions.Session:
     api_client = sessions.api_client_from(args.kubeconfig, args.context)
     namespace = args.namespace or sessions.current_namespace(args.kubeconfig, args.context)
     return sessions.Session(api_client=api_client, pod=args.pod, namespace=namespace,
-                            container=args.container, sidecar_name=args.sidecar_name)
+                            container=args.container, sidecar_name=args.sidecar_name,
+                            settings_ref=args.settings_configmap, config_file=args.config,
+                            image=args.image)
 
 
 def _run(args: argparse.Namespace, body: Any) -> int:
@@ -115,7 +132,7 @@ def _run(args: argparse.Namespace, body: Any) -> int:
 def _flamegraph(args: argparse.Namespace) -> int:
     return _run(args, lambda session: sessions.flamegraph(
         session, seconds=args.seconds, frequency=args.frequency, pid=args.pid, name=args.name,
-        output=args.output, keep_remote=args.keep_remote))
+        output=args.output, keep_remote=args.keep_remote, force=args.force))
 
 
 def _trace(args: argparse.Namespace) -> int:
@@ -137,7 +154,7 @@ def _trace(args: argparse.Namespace) -> int:
         return _run(args, lambda session: sessions.uprobe(session, arguments, args.seconds))
     return _run(args, lambda session: sessions.trace(
         session, seconds=args.seconds, events=args.events, domains=args.domain,
-        output=args.output, keep_remote=args.keep_remote))
+        output=args.output, keep_remote=args.keep_remote, force=args.force))
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -146,22 +163,5 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _attach(args: argparse.Namespace) -> int:
-    from webhook.config import SettingsError, load_settings
-
-    try:
-        settings = load_settings(args.config)
-    except SettingsError as error:
-        print(f"sidecar-debug attach: {error}", file=sys.stderr)
-        return sessions.EXIT_USAGE
-    security_context = None
-    if args.profile:
-        profile = settings.profiles.get(args.profile)
-        if profile is None:
-            print(f"sidecar-debug attach: unknown profile {args.profile!r} (known: "
-                  f"{', '.join(sorted(settings.profiles))})", file=sys.stderr)
-            return sessions.EXIT_USAGE
-        security_context = dict(profile.security_context)
-    image = args.image or settings.toolset_image
     return _run(args, lambda session: sessions.attach(
-        session, image=image, target=args.target, pull_policy=settings.image_pull_policy,
-        security_context=security_context, wait_seconds=args.wait))
+        session, profile_name=args.profile, target=args.target, wait_seconds=args.wait))

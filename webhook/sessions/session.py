@@ -3,42 +3,58 @@
 Each session command runs one of the toolset scripts (flamegraph, lttng-trace, uprobe-trace,
 doctor) in the pod's toolset container over the exec subresource, streams its progress to the
 user, and copies the results back as a base64-encoded tar stream over a second exec (what
-`kubectl cp` does, without needing kubectl). `attach` adds the toolset to a running pod as an
-ephemeral container targeting the app container, for pods that were created before they opted in.
+`kubectl cp` does, without needing kubectl; webhook.sessions.copyback unpacks it as hostile
+input). `attach` adds the toolset to a running pod as an ephemeral container targeting the app
+container, built from the installed webhook's settings (webhook.sessions.settings).
 
 The toolset container of a pod is, in order: the one named with --container; the injected
 sidecar (named in the sidecar-debug.io/status annotation, else the configured sidecar name);
-the newest running ephemeral container added by `attach`.
+the newest running ephemeral container added by `attach` (our name prefix and marker). The
+annotation can be changed by anyone who may patch the pod, so the chosen container must run the
+toolset image (from the settings, or --image) in its spec and its status before anything is run
+in it or copied from it.
 """
 
 from __future__ import annotations
 
 import base64
-import io
+import binascii
 import json
-import os
 import secrets
 import shlex
 import sys
-import tarfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from webhook import constants
+from webhook.config import Profile, Settings, load_settings
+from webhook.inject.attach import (
+    attached_name,
+    build_attach_container,
+    default_attach_profile,
+    default_target,
+    is_attached,
+)
 from webhook.kube import client as kube
+from webhook.sessions import copyback
+from webhook.sessions.settings import InstalledSettings, SettingsNotFound, find_settings
 
 # Exit codes of the session commands (the in-sidecar scripts' own codes pass through).
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-EXIT_NO_TOOLSET = 5  # the pod has no toolset container (not injected, not attached)
+EXIT_NO_TOOLSET = 5  # the pod has no (trustworthy) toolset container
 EXIT_API = 6  # the Kubernetes API refused or failed
 
 REMOTE_BASE = "/tmp/sidecar-debug"  # noqa: S108 - in the pod, under its emptyDir
-ATTACH_PREFIX = constants.DEFAULT_SIDECAR_NAME
+# Kubernetes minor versions: the ephemeralcontainers subresource takes the Pod from 1.22 (an
+# EphemeralContainers object before), and an ephemeral container may have a securityContext
+# from 1.23.
+POD_SHAPED_EPHEMERAL_MINOR = 22
+SECURITY_CONTEXT_MINOR = 23
 
 
 class SessionError(Exception):
@@ -66,6 +82,13 @@ class Session:
     container: str | None = None
     sidecar_name: str = constants.DEFAULT_SIDECAR_NAME
     err: TextIO = field(default_factory=lambda: sys.stderr)
+    # Where the installed settings are (--settings-configmap), a local settings file (--config)
+    # and the toolset image to expect (--image); see settings().
+    settings_ref: str | None = None
+    config_file: str | None = None
+    image: str | None = None
+    _installed: InstalledSettings | None = field(default=None, init=False, repr=False)
+    _settings_error: str = field(default="", init=False, repr=False)
 
     @property
     def core(self) -> Any:
@@ -86,9 +109,47 @@ class Session:
                                EXIT_API) from error
         return pod
 
+    def settings(self) -> InstalledSettings | None:
+        """The installed webhook's settings (--config file, else from the cluster), looked up
+        once; None when they cannot be found (then settings_error says why)."""
+        if self._installed is None and not self._settings_error:
+            try:
+                if self.config_file:
+                    self._installed = InstalledSettings(
+                        load_settings(self.config_file, environ={}), f"file {self.config_file}"
+                    )
+                else:
+                    self._installed = find_settings(self.api_client, self.settings_ref)
+            except SettingsNotFound as error:
+                self._settings_error = str(error)
+            except ValueError as error:  # SettingsError from a local file
+                self._settings_error = f"settings file {self.config_file}: {error}"
+        return self._installed
+
+    @property
+    def settings_error(self) -> str:
+        return self._settings_error
+
+    def expected_image(self) -> str | None:
+        """The toolset image a container must run to be trusted: --image, else the installed
+        settings' toolsetImage; None when neither is known."""
+        if self.image:
+            return self.image
+        installed = self.settings()
+        return installed.settings.toolset_image if installed else None
+
     def toolset_container(self) -> str:
+        """The pod's toolset container, checked to run the toolset image (see the module doc)."""
         pod = self.read_pod()
-        return find_toolset_container(pod, self.container, self.sidecar_name)
+        name = find_toolset_container(pod, self.container, self.sidecar_name)
+        expected = self.expected_image()
+        if expected is None:
+            self.err.write(
+                f"note: {self.settings_error or 'no settings'}; checking container {name} "
+                "against the pod's own status annotation only\n"
+            )
+        verify_toolset_container(pod, name, expected)
+        return name
 
     # --- exec ----------------------------------------------------------------------------------
 
@@ -148,70 +209,166 @@ class Session:
         self.err.write(chunk)
         self.err.flush()
 
-    def fetch(self, remote_dir: str, names: Sequence[str], local_dir: Path,
-              container: str | None = None) -> list[Path]:
-        """Copy files (or folders) from the toolset container: tar | base64 over exec."""
+    def fetch(self, remote_dir: str, destinations: Mapping[str, Path], *,
+              read: Sequence[str] = (), force: bool = False,
+              container: str | None = None) -> dict[str, bytes]:
+        """Copy `destinations` (remote name -> local path; files or folders) and `read` (small
+        files whose content is returned, never written) from `remote_dir` in the toolset
+        container: tar | base64 over exec, unpacked by webhook.sessions.copyback."""
+        names = [*destinations, *read]
+        unwritten = "; nothing was written"
+        try:
+            copyback.refuse_overwrite(destinations.values(), force)
+        except copyback.CopyError as error:
+            raise SessionError(str(error), EXIT_USAGE) from error
         quoted = " ".join(shlex.quote(name) for name in names)
         script = f"cd {shlex.quote(remote_dir)} && tar -cf - {quoted} | base64 -w0"
         result = self.exec(["sh", "-c", script], container=container)
         if result.returncode != 0:
             raise SessionError(f"copying {', '.join(names)} from the pod failed: "
                                f"{result.stderr.strip()}")
-        local_dir.mkdir(parents=True, exist_ok=True)
+        where = (f"the files are still in {remote_dir} in container "
+                 f"{container or 'the toolset container'}")
         try:
             data = base64.b64decode("".join(result.stdout.split()), validate=True)
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
-                for member in archive.getmembers():
-                    if not (member.isfile() or member.isdir()) \
-                            or member.name.startswith(("/", "..")) or "/../" in member.name:
-                        raise SessionError(f"refusing unsafe path {member.name!r} from the pod")
-                archive.extractall(local_dir, filter="data")
-                return [local_dir / m.name for m in archive.getmembers() if m.isfile()]
-        except (ValueError, tarfile.TarError) as error:  # binascii.Error is a ValueError
+        except (ValueError, binascii.Error) as error:
             raise SessionError(
                 f"copying {', '.join(names)} from the pod: the archive arrived incomplete "
-                f"({len(result.stdout)} characters, {error}); the files are still in "
-                f"{remote_dir} in container {container or 'the toolset container'}: run the "
-                "command again, or copy them with kubectl cp"
+                f"({len(result.stdout)} characters, {error}); {where}: run the command again, "
+                "or copy them with kubectl cp"
             ) from error
+        first = next(iter(destinations.values()), Path(".") / "x")
+        try:
+            with copyback.staging_directory(first.parent) as staging:
+                arrived = copyback.extract(data, names, staging)
+                missing = [name for name in names if name not in arrived]
+                if missing:
+                    raise copyback.CopyError(f"the pod sent no {', '.join(missing)}")
+                contents: dict[str, bytes] = {}
+                for name in read:
+                    if not arrived[name].is_file():
+                        raise copyback.CopyError(f"{name!r} is not a file")
+                    contents[name] = arrived[name].read_bytes()
+                unwritten = ""
+                copyback.place(
+                    {arrived[name]: path for name, path in destinations.items()}, force
+                )
+        except copyback.CopyError as error:
+            raise SessionError(
+                f"copying {', '.join(names)} from the pod: {error}{unwritten}; {where}"
+            ) from error
+        return contents
 
     def remove_remote(self, remote_dir: str, container: str | None = None) -> None:
         if remote_dir.startswith(REMOTE_BASE + "/"):
             self.exec(["rm", "-rf", remote_dir], container=container)
 
 
+def _named(items: Any) -> list[dict[str, Any]]:
+    return [c for c in (items if isinstance(items, list) else [])
+            if isinstance(c, dict) and isinstance(c.get("name"), str)]
+
+
 def find_toolset_container(pod: dict[str, Any], requested: str | None, sidecar_name: str) -> str:
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
-    names = [c["name"] for c in spec.get("containers") or []]
-    init_names = [c["name"] for c in spec.get("initContainers") or []]
-    ephemeral = [c["name"] for c in spec.get("ephemeralContainers") or []]
+    names = [c["name"] for c in _named(spec.get("containers"))]
+    init_names = [c["name"] for c in _named(spec.get("initContainers"))]
+    ephemeral = _named(spec.get("ephemeralContainers"))
     if requested:
-        if requested not in names + init_names + ephemeral:
+        every = names + init_names + [c["name"] for c in ephemeral]
+        if requested not in every:
             raise SessionError(f"pod has no container {requested!r} (containers: "
-                               f"{', '.join(names + init_names + ephemeral)})", EXIT_USAGE)
+                               f"{', '.join(every)})", EXIT_USAGE)
         return requested
     annotation = ((pod.get("metadata") or {}).get("annotations") or {}).get(
         constants.ANNOTATION_STATUS)
     injected = sidecar_name
     if annotation:
         try:
-            injected = str(json.loads(annotation).get("container") or sidecar_name)
+            named = json.loads(annotation).get("container")
         except (ValueError, AttributeError):
-            pass
+            named = None
+        if isinstance(named, str) and named:
+            injected = named
     if injected in names or injected in init_names:
         return injected
     running = {
-        s["name"] for s in status.get("ephemeralContainerStatuses") or []
-        if (s.get("state") or {}).get("running") is not None
+        s.get("name") for s in _named(status.get("ephemeralContainerStatuses"))
+        if isinstance(s.get("state"), dict) and s["state"].get("running") is not None
     }
-    attached = [name for name in ephemeral if name.startswith(ATTACH_PREFIX) and name in running]
+    attached = [c["name"] for c in ephemeral if is_attached(c) and c["name"] in running]
     if attached:
         return str(attached[-1])
     raise SessionError(
         f"pod {pod['metadata']['name']} has no toolset container: it was not injected (label "
         "the pod or its namespace debug=enabled and recreate it) and nothing was attached "
         "(`sidecar-debug attach POD` adds one to the running pod)", EXIT_NO_TOOLSET)
+
+
+def same_image(a: str, b: str) -> bool:
+    """Two references to one image, as written in a spec and as the kubelet reports it
+    (`busybox` and `docker.io/library/busybox:latest`; a digest decides when both have one)."""
+
+    def normal(reference: str) -> tuple[str, str]:
+        name, _, digest = reference.strip().partition("@")
+        name = name.removeprefix("docker.io/").removeprefix("library/")
+        if ":" not in name.rsplit("/", 1)[-1]:
+            name += ":latest"
+        return name, digest
+
+    (name_a, digest_a), (name_b, digest_b) = normal(a), normal(b)
+    if digest_a and digest_b:
+        return digest_a == digest_b
+    return name_a == name_b
+
+
+def verify_toolset_container(pod: dict[str, Any], name: str, expected: str | None) -> None:
+    """Refuse a container that does not run the toolset: its spec image and the image the
+    kubelet runs must both be `expected` (the installed toolset image). An ephemeral container
+    must also carry attach's marker. Without an expected image (no settings readable) the
+    check falls back to the status annotation's image and the toolset's entrypoint command."""
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    pod_name = (pod.get("metadata") or {}).get("name", "")
+    ephemeral = {c["name"]: c for c in _named(spec.get("ephemeralContainers"))}
+    regular = {c["name"]: c for c in _named(spec.get("containers"))
+               + _named(spec.get("initContainers"))}
+    container = ephemeral.get(name) or regular.get(name) or {}
+    statuses = {s["name"]: s for key in ("containerStatuses", "initContainerStatuses",
+                                         "ephemeralContainerStatuses")
+                for s in _named(status.get(key))}
+    image = str(container.get("image") or "")
+    running = str((statuses.get(name) or {}).get("image") or "")
+
+    def refuse(why: str) -> SessionError:
+        return SessionError(
+            f"container {name!r} of pod {pod_name} is not a debug toolset we can trust: {why}. "
+            "Nothing was run in it. Pick the toolset container with --container, or name your "
+            "toolset image with --image (or --settings-configmap) if it differs",
+            EXIT_NO_TOOLSET,
+        )
+
+    if name in ephemeral and not is_attached(container):
+        raise refuse("it is an ephemeral container that `sidecar-debug attach` did not add")
+    if expected is None:
+        annotation = ((pod.get("metadata") or {}).get("annotations") or {}).get(
+            constants.ANNOTATION_STATUS)
+        try:
+            recorded = json.loads(annotation).get("image") if annotation else None
+        except (ValueError, AttributeError):
+            recorded = None
+        command = container.get("command")
+        entrypoint = command[0] if isinstance(command, list) and command else ""
+        if Path(str(entrypoint)).name != constants.TOOLSET_ENTRYPOINT:
+            raise refuse(f"it does not run {constants.TOOLSET_ENTRYPOINT}")
+        expected = str(recorded) if isinstance(recorded, str) and recorded else image
+    if not same_image(image, expected):
+        raise refuse(f"it runs image {image or '(none)'}, not the toolset image {expected}")
+    if not running:
+        raise refuse("it is not running")
+    if not same_image(running, expected):
+        raise refuse(f"the node runs image {running} in it, not the toolset image {expected}")
 
 
 def _api_message(error: Any, what: str) -> str:
@@ -232,7 +389,11 @@ def remote_dir(kind: str) -> str:
 # --- commands -------------------------------------------------------------------------------------
 
 def flamegraph(session: Session, *, seconds: float, frequency: int, pid: int | None,
-               name: str | None, output: Path | None, keep_remote: bool = False) -> int:
+               name: str | None, output: Path | None, keep_remote: bool = False,
+               force: bool = False) -> int:
+    target = output or Path(f"flamegraph-{session.pod}.html")
+    folded = target.with_suffix(".folded")
+    _refuse_overwrite([target, folded], force)
     container = session.toolset_container()
     out = remote_dir("flamegraph")
     command = ["flamegraph", "--seconds", f"{seconds:g}", "--frequency", str(frequency),
@@ -247,25 +408,20 @@ def flamegraph(session: Session, *, seconds: float, frequency: int, pid: int | N
                           timeout=seconds + 600)
     if result.returncode != 0:
         return result.returncode
-    target = output or Path(f"flamegraph-{session.pod}.html")
-    with _TemporaryDirectory(target.parent) as staging:
-        files = session.fetch(out, ["flamegraph.html", "stacks.folded", "summary.txt"], staging,
-                              container=container)
-        by_name = {path.name: path for path in files}
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(by_name["flamegraph.html"], target)
-        folded = target.with_suffix(".folded")
-        os.replace(by_name["stacks.folded"], folded)
-        summary = by_name["summary.txt"].read_text()
+    contents = session.fetch(out, {"flamegraph.html": target, "stacks.folded": folded},
+                             read=["summary.txt"], force=force, container=container)
     if not keep_remote:
         session.remove_remote(out, container=container)
-    sys.stdout.write(summary)
+    sys.stdout.write(contents["summary.txt"].decode(errors="replace"))
     sys.stdout.write(f"flame graph:   {target}\nfolded stacks: {folded}\n")
     return EXIT_OK
 
 
 def trace(session: Session, *, seconds: float, events: str, domains: Sequence[str],
-          output: Path | None, keep_remote: bool = False) -> int:
+          output: Path | None, keep_remote: bool = False, force: bool = False) -> int:
+    target = output or Path(f"trace-{session.pod}")
+    destinations = {"trace.txt": target / "trace.txt", "trace": target / "trace"}
+    _refuse_overwrite(destinations.values(), force)
     container = session.toolset_container()
     out = remote_dir("lttng")
     command = ["lttng-trace", "--seconds", f"{seconds:g}", "--events", events, "--out", out,
@@ -277,16 +433,24 @@ def trace(session: Session, *, seconds: float, events: str, domains: Sequence[st
     if result.returncode != 0:
         session.err.write(result.stdout)
         return result.returncode
-    target = output or Path(f"trace-{session.pod}")
-    session.fetch(out, ["trace.txt", "trace"], target, container=container)
+    session.fetch(out, destinations, force=force, container=container)
     if not keep_remote:
         session.remove_remote(out, container=container)
-    text = target / "trace.txt"
-    lines = text.read_text().splitlines()
+    text = destinations["trace.txt"]
+    lines = text.read_text(errors="replace").splitlines()
     for line in lines[:20]:
         sys.stdout.write(line + "\n")
-    sys.stdout.write(f"{len(lines)} events; text: {text}; CTF trace: {target / 'trace'}\n")
+    sys.stdout.write(f"{len(lines)} events; text: {text}; CTF trace: {destinations['trace']}\n")
     return EXIT_OK
+
+
+def _refuse_overwrite(paths: Any, force: bool) -> None:
+    """Before recording: an output that exists is kept unless --force (checked again when the
+    copy is put in place)."""
+    try:
+        copyback.refuse_overwrite(paths, force)
+    except copyback.CopyError as error:
+        raise SessionError(str(error), EXIT_USAGE) from error
 
 
 def uprobe(session: Session, arguments: Sequence[str], seconds: float) -> int:
@@ -316,63 +480,83 @@ def server_minor_version(api_client: Any) -> int:
     return int("".join(ch for ch in str(info.minor) if ch.isdigit()) or 0)
 
 
-def ephemeral_container(name: str, image: str, target: str, pull_policy: str,
-                        security_context: dict[str, Any] | None) -> dict[str, Any]:
-    container: dict[str, Any] = {
-        "name": name,
-        "image": image,
-        "imagePullPolicy": pull_policy,
-        "command": [constants.TOOLSET_ENTRYPOINT],
-        "targetContainerName": target,
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    }
-    if security_context:
-        container["securityContext"] = security_context
-    return container
+def attach_settings(session: Session) -> Settings:
+    """The settings `attach` builds from: the installed webhook's; with only --image, the
+    built-in profiles and that image (said on stderr); else a refusal that says how to point
+    at the settings."""
+    installed = session.settings()
+    if installed is not None:
+        settings = installed.settings
+        if session.image:
+            settings = _with_image(settings, session.image)
+        return settings
+    if session.image:
+        session.err.write(f"note: {session.settings_error}; using --image {session.image} "
+                          "with the built-in profiles\n")
+        return _with_image(load_settings(environ={}), session.image)
+    raise SessionError(session.settings_error, EXIT_USAGE)
 
 
-def attach(session: Session, *, image: str, target: str | None, pull_policy: str,
-           security_context: dict[str, Any] | None, wait_seconds: float = 120) -> int:
-    """Add the toolset as an ephemeral container targeting the app container, wait until it
-    runs, and say how to use it."""
+def _with_image(settings: Settings, image: str) -> Settings:
+    import dataclasses
+
+    return dataclasses.replace(settings, toolset_image=image)
+
+
+def attach(session: Session, *, profile_name: str | None = None, target: str | None = None,
+           wait_seconds: float = 120, minor: int | None = None) -> int:
+    """Add the toolset as an ephemeral container targeting the app container, built from the
+    installed settings; wait until it runs (unless wait_seconds is 0) and say how to use it.
+    stdout's first line is the container's name."""
     from kubernetes.client.exceptions import ApiException
 
+    settings = attach_settings(session)
+    profile: Profile | None
+    if profile_name:
+        profile = settings.profiles.get(profile_name)
+        if profile is None:
+            raise SessionError(f"unknown profile {profile_name!r} (installed profiles: "
+                               f"{', '.join(sorted(settings.profiles))})", EXIT_USAGE)
+    else:
+        profile = default_attach_profile(settings)
     pod = session.read_pod()
     spec = pod.get("spec") or {}
-    app_containers = [c["name"] for c in spec.get("containers") or []]
+    app_containers = [c["name"] for c in _named(spec.get("containers"))]
     if target is None:
-        candidates = [name for name in app_containers if name != session.sidecar_name]
-        if not candidates:
+        target = default_target(pod, settings)
+        if target is None:
             raise SessionError("the pod has no app container to target", EXIT_USAGE)
-        target = candidates[0]
     elif target not in app_containers:
         raise SessionError(f"pod has no container {target!r} (containers: "
                            f"{', '.join(app_containers)})", EXIT_USAGE)
-    name = f"{ATTACH_PREFIX}-{secrets.token_hex(3)}"
-    minor = server_minor_version(session.api_client)
-    if security_context and minor < 23:
-        session.err.write("note: Kubernetes < 1.23 forbids a securityContext on ephemeral "
-                          "containers; attaching an unprivileged root container (perf can still "
-                          "profile a root app; eBPF needs privileges)\n")
-        security_context = None
-    container = ephemeral_container(name, image, target, pull_policy, security_context)
-    existing = list(spec.get("ephemeralContainers") or [])
+    name = attached_name(secrets.token_hex(3))
+    minor = server_minor_version(session.api_client) if minor is None else minor
+    with_security_context = minor >= SECURITY_CONTEXT_MINOR
+    if profile is not None and profile.security_context and not with_security_context:
+        session.err.write(
+            f"note: Kubernetes 1.{minor} forbids a securityContext on ephemeral containers; "
+            f"the toolset runs with profile {profile.name!r} but without its securityContext "
+            "(perf can still profile an app that runs as root; eBPF needs privileges)\n")
+    container = build_attach_container(
+        pod, settings, profile, name=name, target=target,
+        with_security_context=with_security_context)
+    existing = _named(spec.get("ephemeralContainers"))
     path = f"/api/v1/namespaces/{session.namespace}/pods/{session.pod}/ephemeralcontainers"
     try:
-        if minor >= 23:
-            # 1.23+: the subresource takes a Pod; a merge patch must carry the whole list.
-            body: dict[str, Any] = {"spec": {"ephemeralContainers": existing + [container]}}
+        if minor >= POD_SHAPED_EPHEMERAL_MINOR:
+            # The subresource takes a Pod; the merge patch carries the whole list.
+            body: dict[str, Any] = {"spec": {"ephemeralContainers": [*existing, container]}}
             kube.request(session.api_client, "PATCH", path, body,
-                  "application/strategic-merge-patch+json")
+                         "application/strategic-merge-patch+json")
         else:
-            # 1.16-1.22 (alpha/beta): the subresource reads and writes an EphemeralContainers.
+            # 1.16-1.21 (alpha): the subresource reads and writes an EphemeralContainers.
             current = kube.request(session.api_client, "GET", path, None, None)
             body = {
                 "apiVersion": "v1",
                 "kind": "EphemeralContainers",
                 "metadata": current.get("metadata") or {"name": session.pod,
                                                         "namespace": session.namespace},
-                "ephemeralContainers": list(current.get("ephemeralContainers") or []) + [container],
+                "ephemeralContainers": [*_named(current.get("ephemeralContainers")), container],
             }
             kube.request(session.api_client, "PUT", path, body, "application/json")
     except ApiException as error:
@@ -382,19 +566,26 @@ def attach(session: Session, *, image: str, target: str | None, pull_policy: str
                     "EphemeralContainers feature gate on the apiserver and kubelet)")
         raise SessionError(_api_message(error, "adding the ephemeral container") + hint,
                            EXIT_API) from error
-    session.err.write(f"added ephemeral container {name} ({image}) targeting {target}; "
-                      "waiting for it to run\n")
+    image = container["image"]
+    profile_text = f"profile {profile.name}" if profile else "no profile"
+    session.err.write(f"added ephemeral container {name} ({image}, {profile_text}) targeting "
+                      f"{target}\n")
+    usage = (f"{name}\n"
+             f"attached: sidecar-debug flamegraph {session.pod} -n {session.namespace} "
+             f"--container {name}\n"
+             f"   shell: kubectl exec -it {session.pod} -n {session.namespace} -c {name} "
+             "-- bash\n")
+    if wait_seconds <= 0:
+        sys.stdout.write(usage)
+        return EXIT_OK
+    session.err.write("waiting for it to run\n")
     deadline = time.monotonic() + wait_seconds
     while time.monotonic() < deadline:
-        statuses = session.read_pod().get("status", {}).get("ephemeralContainerStatuses") or []
+        statuses = _named((session.read_pod().get("status") or {}).get(
+            "ephemeralContainerStatuses"))
         state = next((s.get("state") or {} for s in statuses if s.get("name") == name), {})
         if state.get("running") is not None:
-            sys.stdout.write(
-                f"{name}\n"
-                f"attached: sidecar-debug flamegraph {session.pod} -n {session.namespace} "
-                f"--container {name}\n"
-                f"   shell: kubectl exec -it {session.pod} -n {session.namespace} -c {name} "
-                "-- bash\n")
+            sys.stdout.write(usage)
             return EXIT_OK
         if state.get("terminated"):
             reason = state["terminated"].get("reason") or "terminated"
@@ -405,22 +596,6 @@ def attach(session: Session, *, image: str, target: str | None, pull_policy: str
                                "toolset image available to the node?)")
         time.sleep(1)
     raise SessionError(f"ephemeral container {name} was not running after {wait_seconds:.0f} s")
-
-
-class _TemporaryDirectory:
-    """A staging directory next to the output file, so that the final rename is atomic."""
-
-    def __init__(self, parent: Path) -> None:
-        self.path = parent / f".sidecar-debug-{secrets.token_hex(4)}"
-
-    def __enter__(self) -> Path:
-        self.path.mkdir(parents=True)
-        return self.path
-
-    def __exit__(self, *exc: object) -> None:
-        import shutil
-
-        shutil.rmtree(self.path, ignore_errors=True)
 
 
 def api_client_from(kubeconfig: str | None, context: str | None) -> Any:

