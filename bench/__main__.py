@@ -17,7 +17,7 @@ from bench import handler, loadgen, report, scaling, servers, stub_api
 from bench.servers import ServerSpec
 from webhook.config import Settings
 
-SECTIONS = ("handler", "workers", "scaling", "memory", "e2e")
+SECTIONS = ("handler", "workers", "slow-clients", "scaling", "memory", "e2e")
 WORKER_CONFIGS = (
     "sync:2,gthread:2x4,balanced:1x4,balanced:2x1,balanced:2x2,balanced:2x4,balanced:2x8,"
     "balanced:3x4,balanced:4x2"
@@ -55,6 +55,10 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
                         help="interleaved rounds over the worker configs (median reported)")
     parser.add_argument("--worker-seconds", type=float, default=5,
                         help="wrk duration per worker-config point (0: --seconds)")
+    parser.add_argument("--slow-clients", default="0,64",
+                        help="for the slow-clients section: how many slow connections")
+    parser.add_argument("--slow-configs", default="balanced:2x4,gthread:2x4",
+                        help="for the slow-clients section: the served worker configs")
     parser.add_argument("--memory-reviews", type=int, default=100_000)
     parser.add_argument("--pods", type=int, default=300, help="pod creations per namespace")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of creations")
@@ -74,6 +78,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         args.pods, args.rounds = min(args.pods, 30), 1
         args.worker_configs = "sync:2,gthread:2x4"
         args.worker_rounds, args.worker_seconds = 1, 0
+        args.slow_configs = "balanced:2x4"
     return args
 
 
@@ -93,7 +98,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         raise SystemExit(f"unknown section(s) {sorted(unknown)}; known: {', '.join(SECTIONS)}")
-    served = {"handler", "workers", "memory"} & set(sections)
+    served = {"handler", "workers", "slow-clients", "memory"} & set(sections)
     if served and not loadgen.wrk_available():
         raise SystemExit("wrk is missing: apt-get install wrk (scripts/setup.sh does)")
     if args.no_cluster and "e2e" in sections:
@@ -131,6 +136,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 concurrencies=[c for c in concurrencies if c > 1] or concurrencies,
                 seconds=args.worker_seconds or args.seconds, rounds=args.worker_rounds,
                 log=_log)
+            save()
+        if "slow-clients" in sections:
+            specs = [parse_config(c) for c in args.slow_configs.split(",")]
+            for s in specs:
+                s.env = env
+            results["slow_clients"] = handler.slow_clients(
+                cert, key, workdir, specs,
+                counts=[int(c) for c in args.slow_clients.split(",")],
+                concurrency=8, seconds=args.seconds, shape="typical", log=_log)
             save()
         if "scaling" in sections:
             results["scaling"] = scaling.scaling(budget_s=0.1 if args.quick else 1.0)

@@ -218,13 +218,14 @@ def _configuration(ca_pem: bytes, port: int) -> dict[str, Any]:
 
 def pod_creation(cluster: Any, workdir: Path, *, modes: Sequence[str], pods_per_run: int,
                  rounds: int, workers: int, threads: int, log: Log) -> dict[str, Any]:
+    from tests.cluster.cluster import free_port
     from tests.cluster.webhooks import create_service
 
     api = Api(cluster)
     results: dict[str, Any] = {"pods_per_namespace": pods_per_run, "rounds": rounds, "modes": {}}
     try:
         make_namespace(api, WEBHOOK_NAMESPACE, {})
-        port = servers.free_port()
+        port = free_port()
         cluster_ip = create_service(cluster, SERVICE, WEBHOOK_NAMESPACE, port=port)
         ca, cert, key = servers.make_certs(workdir / "e2e-certs", SERVICE, WEBHOOK_NAMESPACE)
         cluster.kubectl("apply", "-f", "-",

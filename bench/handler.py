@@ -38,26 +38,30 @@ def handler_cost(cert: Path, key: Path, workdir: Path, spec: ServerSpec, *,
                  shapes: Sequence[str], concurrencies: Sequence[int], seconds: float,
                  log: Log) -> dict[str, Any]:
     """Every (shape, concurrency) point against the webhook and, right after, the null handler
-    (interleaved, so both see the same machine load)."""
-    null_spec = ServerSpec(app="null", workers=spec.workers, threads=spec.threads,
-                           worker_class=spec.worker_class, env=spec.env)
+    as a Flask app and as a plain WSGI app (interleaved, so all see the same machine load)."""
+    def null_spec(app: str) -> ServerSpec:
+        return ServerSpec(app=app, workers=spec.workers, threads=spec.threads,
+                          worker_class=spec.worker_class, env=spec.env)
+
     points: list[dict[str, Any]] = []
     with servers.serve(spec, cert, key, workdir) as webhook, \
-            servers.serve(null_spec, cert, key, workdir) as null:
+            servers.serve(null_spec("null-flask"), cert, key, workdir) as null_flask, \
+            servers.serve(null_spec("null"), cert, key, workdir) as null:
+        served = (("webhook", webhook), ("null-flask", null_flask), ("null", null))
         for shape in shapes:
             body = pods.review_body(shape)
             check_injects(webhook.url, body)
-            for server in (webhook, null):  # warm-up: imports, caches, TLS sessions
+            for _, server in served:  # warm-up: imports, caches, TLS sessions
                 loadgen.run(server.url + "/mutate", body, 8, min(2.0, seconds))
             for concurrency in concurrencies:
-                for name, server in (("webhook", webhook), ("null", null)):
+                for name, server in served:
                     cpu, steal = server.cpu_seconds(), servers.steal_seconds()
                     result = loadgen.run(server.url + "/mutate", body, concurrency, seconds)
                     point = _point(name, shape, result)
                     point["cpu_ms_per_review"] = _per_review(server.cpu_seconds() - cpu, result)
                     point["steal_s"] = round(servers.steal_seconds() - steal, 2)
                     points.append(point)
-                    log(f"handler {shape:8} c={concurrency:<3} {name:7} {result.rps:8.1f}/s "
+                    log(f"handler {shape:8} c={concurrency:<3} {name:10} {result.rps:8.1f}/s "
                         f"p50 {result.p50_ms:7.2f} ms  p99 {result.p99_ms:7.2f} ms  "
                         f"cpu {point['cpu_ms_per_review']:.3f} ms/review")
     return {"server": spec.label(), "seconds_per_point": seconds, "points": points,
@@ -65,13 +69,15 @@ def handler_cost(cert: Path, key: Path, workdir: Path, spec: ServerSpec, *,
 
 
 def compare(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Webhook against null for each (shape, concurrency): ratios and the p99 difference."""
+    """Webhook against null for each (shape, concurrency): ratios and the p99 difference, and
+    the CPU per request of the null handler as a Flask app (what Flask adds)."""
     by_key = {(p["server"], p["shape"], p["concurrency"]): p for p in points}
     rows = []
     for (server, shape, concurrency), hook in by_key.items():
         null = by_key.get(("null", shape, concurrency))
         if server != "webhook" or null is None:
             continue
+        null_flask = by_key.get(("null-flask", shape, concurrency)) or {}
         rows.append({
             "shape": shape, "concurrency": concurrency,
             "webhook_rps": hook["rps"], "null_rps": null["rps"],
@@ -82,6 +88,8 @@ def compare(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "p99_delta_ms": round(hook["p99_ms"] - null["p99_ms"], 3),
             "webhook_cpu_ms": hook.get("cpu_ms_per_review"),
             "null_cpu_ms": null.get("cpu_ms_per_review"),
+            "null_flask_rps": null_flask.get("rps"),
+            "null_flask_cpu_ms": null_flask.get("cpu_ms_per_review"),
         })
     return rows
 
@@ -171,3 +179,41 @@ def memory(cert: Path, key: Path, workdir: Path, spec: ServerSpec, *, reviews: i
         "samples": [{**s, "rss_kib": {str(k): v for k, v in s["rss_kib"].items()}}
                     for s in samples],
     }
+
+
+def slow_clients(cert: Path, key: Path, workdir: Path, specs: Sequence[ServerSpec], *,
+                 counts: Sequence[int], concurrency: int, seconds: float, shape: str,
+                 log: Log) -> list[dict[str, Any]]:
+    """Reviews under wrk while `count` slow clients (bench/slowloris.py) hold connections to the
+    same server, replaced as soon as the server closes them; for each config and count."""
+    from bench.slowloris import SlowClients
+
+    body = pods.review_body(shape)
+    rows: list[dict[str, Any]] = []
+    for spec in specs:
+        with servers.serve(spec, cert, key, workdir) as server:
+            check_injects(server.url, body)
+            loadgen.run(server.url + "/mutate", body, concurrency, min(2.0, seconds))
+            port = int(server.url.rsplit(":", 1)[1])
+            for count in counts:
+                with SlowClients("127.0.0.1", port, count, reopen=True) as slow:
+                    try:
+                        slow.wait_all_open(timeout_s=30)
+                    except TimeoutError as exc:  # the server no longer completes handshakes
+                        log(f"slow clients: {exc}")
+                    cpu = server.cpu_seconds()
+                    result = loadgen.run(server.url + "/mutate", body, concurrency, seconds)
+                    lifetimes = sorted(c.lifetime_s for c in slow.closed)
+                    row = {"config": spec.label(), "slow_clients": count, "shape": shape,
+                           "slow_opened": slow.opened_total,
+                           "slow_closed_by_server": len(slow.closed),
+                           "slow_lifetime_median_s": lifetimes[len(lifetimes) // 2]
+                           if lifetimes else None,
+                           "cpu_ms_per_review": _per_review(server.cpu_seconds() - cpu, result),
+                           "load_average": servers.load_average(), **result.as_dict()}
+                rows.append(row)
+                log(f"slow clients {spec.label():14} {count:3} slow  {result.rps:8.1f}/s "
+                    f"p50 {result.p50_ms:7.2f} ms  p99 {result.p99_ms:7.2f} ms  "
+                    f"max {result.max_ms:8.1f} ms  errors {result.errors}  "
+                    f"slow closed {len(slow.closed)}")
+    return rows

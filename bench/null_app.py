@@ -8,6 +8,10 @@ With BENCH_FIXED_PATCH=1 it answers every review with the patch the real webhook
 the first one (uid echoed): a webhook whose review costs nothing but which injects the same
 sidecar, so that the apiserver's cost of applying the patch and storing the bigger pod can be
 told apart from the review's (bench/e2e.py, mode `fixed-patch`; its pods differ only by name).
+
+`flask_app` is the same null handler as a Flask app (one blueprint, the body read from
+`request.stream`, a Response object), served the same way: the difference between the two is
+what Flask itself costs per request (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -81,3 +85,25 @@ def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[byte
         "200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
     )
     return [body]
+
+
+def _flask_app() -> Any:
+    from flask import Blueprint, Flask, Response, request
+
+    blueprint = Blueprint("null", __name__)
+
+    @blueprint.route("/mutate", methods=["POST"], provide_automatic_options=False)
+    def mutate() -> Response:
+        body = request.stream.read()
+        return Response(ALLOWED.replace(b"UID", _uid(body), 1), content_type="application/json")
+
+    @blueprint.route("/readyz", methods=["GET"], provide_automatic_options=False)
+    def readyz() -> Response:
+        return Response(b'{"status":"ready"}', content_type="application/json")
+
+    flask = Flask(__name__)
+    flask.register_blueprint(blueprint)
+    return flask
+
+
+flask_app = _flask_app()

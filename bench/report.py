@@ -109,11 +109,12 @@ def render(results: Mapping[str, Any]) -> str:
                    f"{handler['seconds_per_point']} s per point)")
         out.append(_table(
             ["pod", "conc", "webhook/s", "null/s", "ratio", "p50 ms", "null p50", "p99 ms",
-             "null p99", "p99 +ms", "cpu ms", "null cpu"],
+             "null p99", "p99 +ms", "cpu ms", "null cpu", "flask-null/s", "flask-null cpu"],
             [[c["shape"], c["concurrency"], f"{c['webhook_rps']:.0f}", f"{c['null_rps']:.0f}",
               c["rps_ratio"], f"{c['webhook_p50_ms']:.2f}", f"{c['null_p50_ms']:.2f}",
               f"{c['webhook_p99_ms']:.2f}", f"{c['null_p99_ms']:.2f}",
-              f"{c['p99_delta_ms']:+.2f}", c.get("webhook_cpu_ms"), c.get("null_cpu_ms")]
+              f"{c['p99_delta_ms']:+.2f}", c.get("webhook_cpu_ms"), c.get("null_cpu_ms"),
+              f"{c.get('null_flask_rps') or 0:.0f}", c.get("null_flask_cpu_ms")]
              for c in handler["comparisons"]]))
     workers = results.get("workers")
     if workers:
@@ -126,6 +127,18 @@ def render(results: Mapping[str, Any]) -> str:
                             "/".join(f"{r.get('busiest_worker_share') or 0:.2f}"
                                      for r in w.get("rounds", [])),
                             w["load_average"][0]] for w in workers]))
+    slow = results.get("slow_clients")
+    if slow:
+        out.append("\nSlow clients: reviews (wrk, concurrency 8, typical pod) while N slow "
+                   "connections are held open and replaced when closed")
+        out.append(_table(["config", "slow", "reviews/s", "p50 ms", "p99 ms", "max ms",
+                           "errors", "cpu ms/review", "slow opened", "closed by server",
+                           "lifetime s"],
+                          [[r["config"], r["slow_clients"], f"{r['rps']:.0f}",
+                            f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}", f"{r['max_ms']:.1f}",
+                            sum(r["errors"].values()), r.get("cpu_ms_per_review"),
+                            r["slow_opened"], r["slow_closed_by_server"],
+                            r["slow_lifetime_median_s"]] for r in slow]))
     scaling = results.get("scaling")
     if scaling:
         out.append("\n2. Scaling: CPU time of one review in process (parse + review + serialise)")

@@ -33,14 +33,18 @@ def make_certs(directory: Path, service: str = "bench", namespace: str = "bench"
     return directory / "ca.crt", directory / "tls.crt", directory / "tls.key"
 
 
+# The apps served straight under gunicorn (with the webhook's gunicorn config), by name.
+APPS = {"null": "bench.null_app:app", "null-flask": "bench.null_app:flask_app",
+        "wsgi": "webhook.server.wsgi:app"}
 # Worker class names the bench accepts, and what gunicorn is told.
 WORKER_CLASSES = {"balanced": "webhook.server.gunicorn_worker.BalancedThreadWorker"}
 
 
 @dataclass
 class ServerSpec:
-    """What to serve and how: `app` is "webhook" (sidecar-debug serve), "null" or "wsgi"
-    (webhook.server.wsgi:app straight under gunicorn, for config experiments)."""
+    """What to serve and how: `app` is "webhook" (sidecar-debug serve), "null" (the null
+    handler), "null-flask" (the same as a Flask app) or "wsgi" (webhook.server.wsgi:app straight
+    under gunicorn, for config experiments)."""
 
     app: str = "webhook"
     workers: int = 2
@@ -119,13 +123,13 @@ def serve(spec: ServerSpec, cert: Path, key: Path, workdir: Path, host: str = "1
     if spec.app == "webhook":
         command = [str(VENV_BIN / "sidecar-debug"), "serve", "--tls-cert-file", str(cert),
                    "--tls-key-file", str(key), "--bind-address", host, "--port", str(port)]
-    elif spec.app in ("null", "wsgi"):
+    elif spec.app in APPS:
         env.update({"SIDECAR_DEBUG_TLS_CERT_FILE": str(cert),
                     "SIDECAR_DEBUG_TLS_KEY_FILE": str(key),
                     "SIDECAR_DEBUG_BIND_ADDRESS": host, "SIDECAR_DEBUG_PORT": str(port)})
         env["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="bench-null-", dir=workdir)
         command = [sys.executable, "-m", "gunicorn", "-c", f"python:{spec.config_module}",
-                   "bench.null_app:app" if spec.app == "null" else "webhook.server.wsgi:app"]
+                   APPS[spec.app]]
     else:
         raise ValueError(f"unknown app {spec.app!r}")
     repo = Path(__file__).resolve().parents[1]

@@ -101,11 +101,32 @@ def test_served_sections_end_to_end(tmp_path: Path) -> None:
         "--sections", "handler", "--seconds", "1", "--concurrency", "2", "--shapes", "typical",
         "--workers", "1", "--threads", "2", "--quick", "--out", str(tmp_path), "--name", "smoke"]))
     points = results["handler"]["points"]
-    assert {p["server"] for p in points} == {"webhook", "null"}
+    assert {p["server"] for p in points} == {"webhook", "null-flask", "null"}
     assert all(p["requests"] > 0 and not any(p["errors"].values()) for p in points)
     saved = json.loads(Path(results["json"]).read_text())
     assert saved["handler"]["comparisons"][0]["shape"] == "typical"
     assert "Handler cost" in report.render(results)
+    assert saved["handler"]["comparisons"][0]["null_flask_cpu_ms"] is not None
+
+
+@pytest.mark.skipif(not loadgen.wrk_available(), reason="wrk missing (scripts/setup.sh)")
+def test_slow_clients_section(tmp_path: Path) -> None:
+    results = bench_main.run(bench_main.arguments([
+        "--sections", "slow-clients", "--seconds", "1", "--slow-clients", "0,4",
+        "--slow-configs", "balanced:1x2", "--out", str(tmp_path), "--name", "smoke"]))
+    rows = results["slow_clients"]
+    assert [r["slow_clients"] for r in rows] == [0, 4]
+    assert all(r["requests"] > 0 for r in rows)
+    assert rows[1]["slow_opened"] >= 4
+    assert "Slow clients" in report.render(results)
+
+
+def test_null_flask_app_echoes_the_uid() -> None:
+    body = pods.review_body("typical")
+    reply = null_app.flask_app.test_client().post(
+        "/mutate", data=body, content_type="application/json")
+    assert reply.get_json()["response"] == {
+        "uid": json.loads(body)["request"]["uid"], "allowed": True}
 
 
 def test_process_readers() -> None:
