@@ -308,6 +308,24 @@ def test_rotation_while_pods_are_created_has_zero_tls_failures(env: Env, core_ap
     print(f"{len(results)} pods created during the rotations, 0 failures")
 
 
+def assert_log_is_clean(text: str, where: str) -> None:
+    """The webhook's own log (issue 12, item 10): no traceback and no `--- Logging error ---`
+    (every gunicorn worker used to write one: `%d format: ... NoneType`)."""
+    for bad in ("Traceback", "Logging error"):
+        if bad in text:
+            at = text.index(bad)
+            raise AssertionError(f"{bad!r} in {where}:\n{text[max(0, at - 1500):at + 1500]}")
+
+
+def test_the_webhook_log_has_no_traceback_after_reviews_and_rotations(env: Env) -> None:
+    """Runs after the tests above: Secret created, pods reviewed, a blanked caBundle restored,
+    a serving-certificate renewal and a CA roll while pods were created."""
+    for replica in env.replicas:
+        text = replica.log.read_text(errors="replace")
+        assert "webhook.admission.mutate" in text, "no review was logged"
+        assert_log_is_clean(text, replica.log.name)
+
+
 CHART = Path(__file__).resolve().parents[2] / "charts" / "sidecar-debug"
 RELEASE, RELEASE_NS = "sdcerts", "certs-e2e-helm"
 
