@@ -360,12 +360,17 @@ class BalancedThreadWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ship
             return
         self.next_sweep = now + SWEEP_SECONDS
         for conn in [c for c in self.waiting if c.deadline <= now]:
-            if conn.state not in ("idle", "closing"):
+            if conn.state in ("head", "body"):
+                # A request begun and not finished in time (a TCP probe or a scanner that
+                # never starts TLS is only worth a debug line).
                 self.log.info(
-                    "closed a connection from %s: no complete request within the %s deadline",
+                    "closed a connection from %s: request %s not complete within its deadline",
                     conn.client[0] if isinstance(conn.client, tuple) else conn.client,
                     conn.state,
                 )
+            elif conn.state == "handshake":
+                self.log.debug("closed a connection from %s: no TLS handshake in time",
+                               conn.client)
             self._close(conn)
 
     def murder_keepalived(self, force: bool = False) -> None:
