@@ -268,6 +268,10 @@ class Settings:
     # of the first app container with a postStart wait.
     native_sidecar: bool = False
     default_profile: str = "full"
+    # injected: the toolset runs beside the app from the start; standby: only the inert wiring
+    # (shared PID namespace, shared emptyDirs, runtime hints) and `attach` adds the toolset when
+    # someone debugs. Per pod: annotation sidecar-debug.io/mode; per namespace: that label.
+    default_mode: str = constants.MODE_INJECTED
     profiles_file: str | None = None
     profile_set: ProfileSet = field(default_factory=lambda: load_profile_set(None))
     excluded_namespaces: frozenset[str] = constants.ALWAYS_EXCLUDED_NAMESPACES
@@ -322,6 +326,7 @@ _CHOICES = {
     "image_pull_policy": ("Always", "IfNotPresent", "Never"),
     "certificates_mode": ("self", "certManager", "provided"),
     "log_level": ("DEBUG", "INFO", "WARNING", "ERROR"),
+    "default_mode": constants.MODES,
 }
 
 

@@ -28,6 +28,8 @@ from webhook.policy.api import AllowAll, PolicyEngine
 if TYPE_CHECKING:
     from webhook.kube.access import PodReader
 
+# A misspelt annotation value: a bad request (400) rather than a policy refusal (403).
+_USER_TYPOS = frozenset({"unknown-profile", "unknown-mode"})
 log = logging.getLogger(REVIEW_LOGGER)
 HANDLED_API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 
@@ -134,7 +136,7 @@ class Mutator:
             allowed=not denied,
             patch=outcome.patch,
             message=outcome.message if outcome.decision not in ("injected", "attached") else None,
-            code=(outcome.code or (403 if outcome.reason != "unknown-profile" else 400))
+            code=(outcome.code or (400 if outcome.reason in _USER_TYPOS else 403))
             if denied
             else None,
             warnings=outcome.warnings,

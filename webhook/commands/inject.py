@@ -30,17 +30,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--runtime", help="app runtime for environment hints: dotnet, node, python, java"
     )
+    parser.add_argument(
+        "--mode",
+        choices=["injected", "standby"],
+        help="injected (toolset sidecar) or standby (only the wiring; `attach` adds the toolset "
+        "later); default: the annotation, then the defaultMode setting",
+    )
     parser.add_argument("--config", help="settings file, as for `serve`")
     parser.add_argument("--toolset-image", help="toolset image to inject")
     parser.set_defaults(func=run)
 
 
 def inject_stream(
-    stream: TextIO, settings: Settings, profile: str | None = None, runtime: str | None = None
+    stream: TextIO,
+    settings: Settings,
+    profile: str | None = None,
+    runtime: str | None = None,
+    mode: str | None = None,
 ) -> Iterator[Any]:
     for document in yaml.safe_load_all(stream):
         if document is not None:
-            yield inject_document(document, settings, profile, runtime)
+            yield inject_document(document, settings, profile, runtime, mode)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,10 +61,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         if args.filename == "-":
-            documents = list(inject_stream(sys.stdin, settings, args.profile, args.runtime))
+            documents = list(
+                inject_stream(sys.stdin, settings, args.profile, args.runtime, args.mode)
+            )
         else:
             with open(args.filename) as handle:
-                documents = list(inject_stream(handle, settings, args.profile, args.runtime))
+                documents = list(
+                    inject_stream(handle, settings, args.profile, args.runtime, args.mode)
+                )
     except OSError as exc:
         print(f"sidecar-debug: cannot read {args.filename}: {exc.strerror}", file=sys.stderr)
         return 1

@@ -26,6 +26,7 @@ class Decision:
     runtime: str | None = None
     refuse: bool = False  # reject the pod (a mistake the user must fix, e.g. an unknown profile)
     warnings: tuple[str, ...] = ()
+    mode: str = constants.MODE_INJECTED  # injected | standby (only the inert wiring)
 
 
 def pod_annotations(pod: dict[str, Any]) -> dict[str, str]:
@@ -50,6 +51,19 @@ def is_injected(pod: dict[str, Any], settings: Settings) -> bool:
         c.get("name") for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
     }
     return container in names
+
+
+def wired_standby(pod: dict[str, Any]) -> bool:
+    """True when our status annotation says the pod was wired in standby (it has no sidecar
+    container to look for)."""
+    raw = pod_annotations(pod).get(constants.ANNOTATION_STATUS)
+    if not isinstance(raw, str):
+        return False
+    try:
+        status = json.loads(raw)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(status, dict) and status.get("mode") == constants.MODE_STANDBY
 
 
 def _os_in_selector_terms(affinity: Any) -> set[str] | None:
@@ -110,7 +124,11 @@ def decide(
     *,
     profile_override: str | None = None,
     runtime_override: str | None = None,
+    mode_override: str | None = None,
+    namespace_mode: str | None = None,
 ) -> Decision:
+    """`namespace_mode`: the namespace's mode label (read by the caller), used when the pod
+    names no mode; the settings' defaultMode otherwise."""
     labels = pod_labels(pod)
     annotations = pod_annotations(pod)
     if settings.namespace_excluded(namespace):
@@ -131,6 +149,10 @@ def decide(
         )
     if is_injected(pod, settings):
         return Decision(False, "already-injected", "pod already has the debug sidecar")
+    if wired_standby(pod):
+        return Decision(
+            False, "already-injected", "pod is already wired for debugging (standby)"
+        )
     why = foreign_os(pod)
     if why is not None:
         return Decision(
@@ -164,11 +186,38 @@ def decide(
             f"{constants.ANNOTATION_RUNTIME} (known: {known}); no environment hints added"
         )
         runtime = ""
+    requested_mode = mode_override or annotations.get(constants.ANNOTATION_MODE)
+    if requested_mode:
+        mode = str(requested_mode).strip().lower()
+        if mode not in constants.MODES:
+            return Decision(
+                False,
+                "unknown-mode",
+                f"unknown debug mode {str(requested_mode)[:64]!r} in annotation "
+                f"{constants.ANNOTATION_MODE}; known modes: {', '.join(constants.MODES)}. Fix the "
+                f"annotation, or remove it to get the namespace's or the default mode "
+                f"{settings.default_mode!r}.",
+                refuse=True,
+                warnings=tuple(warnings),
+            )
+    elif namespace_mode is not None:
+        mode = namespace_mode.strip().lower()
+        if mode not in constants.MODES:
+            warnings.append(
+                f"sidecar-debug: namespace {namespace!r} has label {constants.LABEL_NAMESPACE_MODE}"
+                f"={namespace_mode[:64]!r}, not one of {', '.join(constants.MODES)}; the default "
+                f"mode {settings.default_mode!r} is used"
+            )
+            mode = settings.default_mode
+    else:
+        mode = settings.default_mode
     return Decision(
         True,
         "inject",
-        f"inject profile {profile.name!r}",
+        f"inject profile {profile.name!r}"
+        + (" in standby (no toolset container)" if mode == constants.MODE_STANDBY else ""),
         profile=profile,
         runtime=runtime or None,
         warnings=tuple(warnings),
+        mode=mode,
     )

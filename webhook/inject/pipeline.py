@@ -56,6 +56,9 @@ class OfflinePolicy:
             grant="offline",
         )
 
+    def namespace_mode(self, namespace: str) -> str | None:
+        return None  # offline: no namespace to read; the pod's annotation or defaultMode
+
 
 def service_account(pod: dict[str, Any]) -> str:
     spec = pod.get("spec") or {}
@@ -74,7 +77,13 @@ def run(
 ) -> PipelineResult:
     """Inject `pod` (never modified) as the webhook would; the patch turns `pod` into `.pod`.
     `completes`: the pod runs to completion (a Job's template); None = by its restartPolicy."""
-    decision = decide(pod, namespace, settings)
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    # The namespace's default mode is asked for only when the pod names none (a cached look-up
+    # in the webhook, nothing offline).
+    namespace_mode = (
+        None if constants.ANNOTATION_MODE in annotations else policy.namespace_mode(namespace)
+    )
+    decision = decide(pod, namespace, settings, namespace_mode=namespace_mode)
     warnings = list(decision.warnings)
     if decision.refuse:
         return PipelineResult("denied", decision.reason, decision.message, pod)
@@ -90,6 +99,7 @@ def run(
             .get("annotations", {})
             .get(constants.ANNOTATION_TOOLSET_IMAGE),
             dry_run=dry_run,
+            mode=decision.mode,
         )
     )
     policy_warnings = list(result.warnings)
@@ -125,6 +135,7 @@ def run(
         reason=result.reason,
         extra_annotations=dict(result.annotations),
         completes=completes,
+        mode=decision.mode,
     )
     mutated, notes = inject_pod(pod, plan, settings)
     downgraded = profile.name != decision.profile.name

@@ -30,6 +30,9 @@ class InjectionPlan:
     # Does the pod run to completion (Job, CronJob, bare pod with restartPolicy Never or
     # OnFailure)? None: read the pod's restartPolicy. Offline `inject` of a Job says True.
     completes: bool | None = None
+    # standby: only the inert parts (shared volumes in the app containers, shared PID namespace,
+    # runtime hints), no container; `attach` adds the toolset as an ephemeral container.
+    mode: str = constants.MODE_INJECTED
 
 
 @dataclass
@@ -199,6 +202,12 @@ def build_sidecar(
     return container
 
 
+def _write_status(metadata: dict[str, Any], plan: InjectionPlan, status: dict[str, Any]) -> None:
+    annotations: dict[str, str] = metadata.setdefault("annotations", {})
+    annotations.update(plan.extra_annotations)
+    annotations[constants.ANNOTATION_STATUS] = jsonio.dumps(status, sort_keys=True).decode()
+
+
 def inject_pod(
     pod: dict[str, Any], plan: InjectionPlan, settings: Settings
 ) -> tuple[dict[str, Any], InjectionNotes]:
@@ -245,7 +254,10 @@ def inject_pod(
                     f"{shared.mount_path}; the sidecar cannot see it there"
                 )
 
-    for host in profile.host_paths:
+    # hostPaths are the sidecar's alone (and a grant): a standby pod gets none, an ephemeral
+    # container cannot add them later, so BCC in standby relies on BTF (/sys/kernel/btf).
+    standby = plan.mode == constants.MODE_STANDBY
+    for host in () if standby else profile.host_paths:
         volume_name = _unique_name(host.name, volume_names)
         volume_names.add(volume_name)
         volumes.append({"name": volume_name, "hostPath": {"path": host.path, "type": host.type}})
@@ -276,6 +288,20 @@ def inject_pod(
                     f'{constants.ANNOTATION_INJECT}: "false")'
                 )
             spec["shareProcessNamespace"] = True
+
+    if standby:
+        standby_status = {
+            "version": __version__,
+            "mode": constants.MODE_STANDBY,
+            "profile": profile.name,
+            "requestedProfile": plan.requested_profile or profile.name,
+            "grant": plan.grant,
+            "reason": plan.reason,
+            "runtime": plan.runtime or "",
+            "volumes": [m["name"] for m in sidecar_mounts],
+        }
+        _write_status(metadata, plan, standby_status)
+        return mutated, notes
 
     taken = {
         c.get("name") for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])

@@ -39,9 +39,10 @@ def inject_template(
     profile: str | None = None,
     runtime: str | None = None,
     kind: str = "Pod",
+    mode: str | None = None,
 ) -> dict[str, Any]:
     """The injected pod (or pod template); unchanged when the decision is not to inject."""
-    if profile or runtime:
+    if profile or runtime or mode:
         # Record the choice on the pod so the webhook and `describe` see the same thing.
         template = dict(template)
         metadata = dict(template.get("metadata") or {})
@@ -50,6 +51,8 @@ def inject_template(
             annotations[constants.ANNOTATION_PROFILE] = profile
         if runtime:
             annotations[constants.ANNOTATION_RUNTIME] = runtime
+        if mode:
+            annotations[constants.ANNOTATION_MODE] = mode
         metadata["annotations"] = annotations
         template["metadata"] = metadata
     # A Job's pods end whatever its template says: the toolset must exit with the app.
@@ -74,7 +77,11 @@ def inject_template(
 
 
 def inject_document(
-    document: Any, settings: Settings, profile: str | None = None, runtime: str | None = None
+    document: Any,
+    settings: Settings,
+    profile: str | None = None,
+    runtime: str | None = None,
+    mode: str | None = None,
 ) -> Any:
     if not isinstance(document, dict):
         return document
@@ -84,14 +91,14 @@ def inject_document(
         return {
             **document,
             "items": [
-                inject_document(item, settings, profile, runtime)
+                inject_document(item, settings, profile, runtime, mode)
                 for item in document.get("items") or []
             ],
         }
     if kind == "Pod":
         if not isinstance(document.get("spec"), dict):
             raise InjectError(f"Pod {document.get('metadata', {}).get('name')!r} has no spec")
-        return inject_template(document, namespace, settings, profile, runtime)
+        return inject_template(document, namespace, settings, profile, runtime, mode=mode)
     path = TEMPLATE_PATHS.get(str(kind))
     if path is None:
         return document
@@ -108,7 +115,7 @@ def inject_document(
     for key in path[:-1]:
         target = target[key]
     target[path[-1]] = inject_template(
-        template, namespace, settings, profile, runtime, kind=str(kind)
+        template, namespace, settings, profile, runtime, kind=str(kind), mode=mode
     )
     return result
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from webhook import constants
 from webhook.admission.review import UserInfo
 from webhook.config import Profile
 
@@ -29,6 +30,9 @@ class PolicyRequest:
     # the requester's grant counts (the pod's service account did not ask for it), and every
     # refusal denies (an ephemeral container cannot be downgraded or left out).
     ephemeral_container: str | None = None
+    # standby: only the inert wiring is added (no container, nothing privileged), so no grant
+    # is needed; the toolset is gated when `attach` adds it.
+    mode: str = constants.MODE_INJECTED
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,11 @@ class PolicyResult:
 class PolicyEngine(Protocol):
     def evaluate(self, request: PolicyRequest) -> PolicyResult: ...
 
+    def namespace_mode(self, namespace: str) -> str | None:
+        """The namespace's default mode (label sidecar-debug.io/mode), None when it has none
+        or it cannot be read."""
+        ...
+
 
 class AllowAll:
     """No gate: used by offline `inject` (nothing to ask) and when no policy is configured."""
@@ -63,3 +72,6 @@ class AllowAll:
             grant=self._grant,
             image=request.requested_image,
         )
+
+    def namespace_mode(self, namespace: str) -> str | None:
+        return None

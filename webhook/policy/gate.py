@@ -80,6 +80,7 @@ Reason = Literal[
     "namespace-lookup-failed",
     "image-not-allowed",
     "policy-error",
+    "standby",
 ]
 
 
@@ -199,6 +200,20 @@ class PolicyGate:
         self._namespace_cache.put(namespace, fetched)
         return fetched
 
+    def namespace_mode(self, namespace: str) -> str | None:
+        """The namespace's default mode label; None when absent or the namespace cannot be
+        read (the settings' defaultMode then applies)."""
+        try:
+            return self.namespace_labels(namespace).get(constants.LABEL_NAMESPACE_MODE)
+        except ClusterAPIError as exc:
+            log.warning(
+                "namespace %s unreadable, its default mode is unknown: %s",
+                namespace,
+                exc,
+                extra={"event": "namespace-lookup-failed"},
+            )
+            return None
+
     # -- the decision -------------------------------------------------------------------------
 
     def evaluate(self, request: PolicyRequest) -> PolicyResult:
@@ -279,6 +294,8 @@ class PolicyGate:
         profile = request.requested_profile
         label = "the defaults" if rule_name == "defaults" else f"policy rule {rule_name!r}"
         warnings: list[str] = []
+        if request.mode == constants.MODE_STANDBY and request.ephemeral_container is None:
+            return self._standby(request, rule, label, trace)
 
         # The toolset image: a pod must not point a (possibly privileged) sidecar at any image.
         image: str | None = None
@@ -333,6 +350,30 @@ class PolicyGate:
             )
         return self._result(
             request, rule, profile.name, True, reason, message, grant, image, warnings
+        )
+
+    def _standby(
+        self, request: PolicyRequest, rule: RuleSettings, label: str, trace: list[str]
+    ) -> PolicyResult:
+        """Standby adds no container, image or privilege (shared emptyDirs, a shared PID
+        namespace, environment hints): the profile must be allowed, no grant is needed. The
+        toolset itself is gated when `attach` adds it."""
+        profile = request.requested_profile
+        if not rule.allows_profile(profile.name):
+            refusal = _Refusal(
+                "not-allowed-by-policy",
+                f"profile {profile.name!r} is not allowed by {label} "
+                f"(allowed: {rule.describe_profiles()})",
+            )
+            trace.append(refusal.detail)
+            return self._refuse(request, rule, refusal, label)
+        trace.append(f"standby: profile {profile.name!r} wired without a toolset; no grant needed")
+        message = (
+            f"profile {profile.name!r} wired in standby (shared volumes and hints, no toolset "
+            "container, no grant needed; `sidecar-debug attach` adds the toolset and is gated)"
+        )
+        return self._result(
+            request, rule, profile.name, True, "standby", message, "unprivileged", None, []
         )
 
     def _check_grant(
@@ -509,7 +550,8 @@ class PolicyGate:
     ) -> PolicyResult:
         annotations: dict[str, str] = {}
         all_warnings = list(warnings)
-        if profile_name is not None:
+        # A standby pod runs no toolset: nothing to expire, nothing Pod Security would refuse.
+        if profile_name is not None and request.mode != constants.MODE_STANDBY:
             # The overdue annotation goes on a pod being created; an ephemeral container's
             # review cannot change the pod's metadata.
             if rule.max_session is not None and request.ephemeral_container is None:
