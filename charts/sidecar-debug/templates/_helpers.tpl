@@ -227,6 +227,7 @@ the environment (SIDECAR_DEBUG_WEBHOOK_NAMESPACE, downward API), not from here.
 {{- $_ := set $s "sidecarResources" .Values.sidecar.resources -}}
 {{- $_ := set $s "nativeSidecar" (eq (include "sidecar-debug.nativeSidecar" .) "true") -}}
 {{- $_ := set $s "defaultProfile" .Values.sidecar.defaultProfile -}}
+{{- $_ := set $s "defaultMode" .Values.injection.defaultMode -}}
 {{- if include "sidecar-debug.customProfiles" . -}}
 {{- $_ := set $s "profilesFile" "/etc/sidecar-debug/profiles/profiles.yaml" -}}
 {{- end -}}
