@@ -35,7 +35,7 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
             config_file=kubeconfig, context=context, client_configuration=configuration
         )
     except (config.ConfigException, OSError, TypeError, ValueError) as exc:
-        where = kubeconfig or "$KUBECONFIG or ~/.kube/config"
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         raise KubeConfigError(
             f"no usable Kubernetes configuration (not in a cluster; {where}: {exc})"
         ) from exc
