@@ -8,13 +8,24 @@ decided by the webhook configuration's selectors; this function applies what the
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from webhook import constants
 from webhook.config import Profile, Settings
+from webhook.inject.shape import type_name
 
 _FALSE_WORDS = frozenset({"false", "no", "off", "0", "disabled"})
+_TRUE_WORDS = frozenset({"true", "yes", "on", "1", "enabled"})
+# What a container's `image` takes: registry, path, tag, digest; no spaces or control characters.
+_IMAGE_REFERENCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,511}")
+
+
+def _shown(value: str, limit: int = 64) -> str:
+    """A user's value quoted for a message, cut short: messages must stay readable."""
+    return repr(value if len(value) <= limit else value[:limit] + "...")
 
 
 @dataclass(frozen=True)
@@ -25,6 +36,7 @@ class Decision:
     profile: Profile | None = None
     runtime: str | None = None
     refuse: bool = False  # reject the pod (a mistake the user must fix, e.g. an unknown profile)
+    image: str | None = None  # the toolset-image annotation, when it is an image reference
     warnings: tuple[str, ...] = ()
     mode: str = constants.MODE_INJECTED  # injected | standby (only the inert wiring)
 
@@ -37,20 +49,65 @@ def pod_labels(pod: dict[str, Any]) -> dict[str, str]:
     return (pod.get("metadata") or {}).get("labels") or {}
 
 
-def is_injected(pod: dict[str, Any], settings: Settings) -> bool:
-    """True when our status annotation is present and its sidecar is still in the pod."""
-    status = pod_annotations(pod).get(constants.ANNOTATION_STATUS)
-    if status is None:
-        return False
+def _status_container(
+    annotations: Mapping[str, Any], settings: Settings, warnings: list[str]
+) -> str | None:
+    """The sidecar our status annotation names; None without the annotation. Anyone who can
+    create the pod can write it, so a value that is not our status is reported and read as
+    naming the default sidecar."""
+    raw = annotations.get(constants.ANNOTATION_STATUS)
+    if raw is None:
+        return None
+    problem = ""
+    container: Any = settings.sidecar_name
     try:
-        container = json.loads(status).get("container", settings.sidecar_name)
-    except (ValueError, AttributeError):
-        container = settings.sidecar_name
+        status = json.loads(raw) if isinstance(raw, str) else raw
+    except (ValueError, RecursionError):
+        problem = "not JSON"
+    else:
+        if not isinstance(status, dict):
+            problem = f"a JSON {type_name(status)}, not an object"
+        else:
+            container = status.get("container", settings.sidecar_name)
+            if not isinstance(container, str) or not container:
+                problem = f'its "container" is a {type_name(container)}, not a container name'
+    if problem:
+        warnings.append(
+            f"sidecar-debug: annotation {constants.ANNOTATION_STATUS} is not sidecar-debug's "
+            f"status ({problem}); ignored: the pod counts as injected only if it has a "
+            f"container named {settings.sidecar_name!r}"
+        )
+        return settings.sidecar_name
+    return str(container)
+
+
+def is_injected(pod: dict[str, Any], settings: Settings, warnings: list[str] | None = None) -> bool:
+    """True when our status annotation is present and its sidecar is still in the pod."""
+    container = _status_container(
+        pod_annotations(pod), settings, [] if warnings is None else warnings
+    )
+    if container is None:
+        return False
     spec = pod.get("spec") or {}
     names = {
-        c.get("name") for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
+        c.get("name")
+        for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
+        if isinstance(c, dict)
     }
     return container in names
+
+
+def _annotation(annotations: Mapping[str, Any], key: str, warnings: list[str]) -> str | None:
+    """The annotation's value with surrounding blanks removed; None when absent or not text."""
+    value = annotations.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        warnings.append(
+            f"sidecar-debug: annotation {key} must be a string, got {type_name(value)}; ignored"
+        )
+        return None
+    return value.strip()
 
 
 def wired_standby(pod: dict[str, Any]) -> bool:
@@ -135,23 +192,55 @@ def decide(
         return Decision(
             False, "excluded-namespace", f"namespace {namespace!r} is excluded from debug injection"
         )
-    if labels.get(settings.label_key) == settings.label_disabled:
+    # Every value below is written by whoever creates the pod: each gets a type and shape check
+    # and, when it fails, one warning saying what was made of it.
+    warnings: list[str] = []
+    label = labels.get(settings.label_key)
+    if label is not None and label not in (settings.label_enabled, settings.label_disabled):
+        word = label.strip().lower() if isinstance(label, str) else ""
+        opted_in = word in _TRUE_WORDS
+        warnings.append(
+            f"sidecar-debug: label {settings.label_key}={_shown(str(label))} is neither "
+            f"{settings.label_enabled!r} nor {settings.label_disabled!r}; read as "
+            f"{settings.label_enabled if opted_in else settings.label_disabled!r}"
+        )
+        if not opted_in:
+            label = settings.label_disabled
+    if label == settings.label_disabled:
         return Decision(
             False,
             "opt-out-label",
             f"pod opted out with label {settings.label_key}={settings.label_disabled}",
+            warnings=tuple(warnings),
         )
-    if str(annotations.get(constants.ANNOTATION_INJECT, "")).strip().lower() in _FALSE_WORDS:
+    inject = _annotation(annotations, constants.ANNOTATION_INJECT, warnings)
+    if inject is not None and inject.lower() not in _TRUE_WORDS | _FALSE_WORDS:
+        # The annotation exists to opt out: a value we cannot read is taken as the safe answer.
+        warnings.append(
+            f"sidecar-debug: annotation {constants.ANNOTATION_INJECT}: {_shown(inject)} is "
+            f'neither "true" nor "false"; read as "false" (no debug sidecar)'
+        )
+        inject = "false"
+    if inject is not None and inject.lower() in _FALSE_WORDS:
         return Decision(
             False,
             "opt-out-annotation",
             f"pod opted out with annotation {constants.ANNOTATION_INJECT}",
+            warnings=tuple(warnings),
         )
-    if is_injected(pod, settings):
-        return Decision(False, "already-injected", "pod already has the debug sidecar")
+    if is_injected(pod, settings, warnings):
+        return Decision(
+            False,
+            "already-injected",
+            "pod already has the debug sidecar",
+            warnings=tuple(warnings),
+        )
     if wired_standby(pod):
         return Decision(
-            False, "already-injected", "pod is already wired for debugging (standby)"
+            False,
+            "already-injected",
+            "pod is already wired for debugging (standby)",
+            warnings=tuple(warnings),
         )
     why = foreign_os(pod)
     if why is not None:
@@ -160,40 +249,50 @@ def decide(
             "unsupported-os",
             f"pod runs on non-Linux nodes ({why}); the debug toolset is a Linux container, so "
             "nothing was injected",
+            warnings=tuple(warnings),
         )
-    profile_name = (
-        profile_override
-        or annotations.get(constants.ANNOTATION_PROFILE)
-        or settings.default_profile
-    ).strip()
+    requested = profile_override or _annotation(annotations, constants.ANNOTATION_PROFILE, warnings)
+    if requested == "":
+        warnings.append(
+            f"sidecar-debug: annotation {constants.ANNOTATION_PROFILE} is empty; the default "
+            f"profile {settings.default_profile!r} is used"
+        )
+    profile_name = (requested or settings.default_profile).strip()
     profile = settings.profiles.get(profile_name)
     if profile is None:
         known = ", ".join(sorted(settings.profiles))
         return Decision(
             False,
             "unknown-profile",
-            f"unknown debug profile {profile_name!r} in annotation {constants.ANNOTATION_PROFILE};"
-            f" known profiles: {known}. Fix the annotation, or remove it to get the default"
-            f" profile {settings.default_profile!r}.",
+            f"unknown debug profile {_shown(profile_name)} in annotation "
+            f"{constants.ANNOTATION_PROFILE}; known profiles: {known}. Fix the annotation, or "
+            f"remove it to get the default profile {settings.default_profile!r}.",
             refuse=True,
+            warnings=tuple(warnings),
         )
-    warnings: list[str] = []
-    runtime = (runtime_override or annotations.get(constants.ANNOTATION_RUNTIME) or "").strip()
+    runtime = runtime_override or _annotation(annotations, constants.ANNOTATION_RUNTIME, warnings)
     if runtime and runtime not in settings.profile_set.runtimes:
         known = ", ".join(sorted(settings.profile_set.runtimes))
         warnings.append(
-            f"sidecar-debug: unknown runtime {runtime!r} in annotation "
+            f"sidecar-debug: unknown runtime {_shown(runtime)} in annotation "
             f"{constants.ANNOTATION_RUNTIME} (known: {known}); no environment hints added"
         )
         runtime = ""
-    requested_mode = mode_override or annotations.get(constants.ANNOTATION_MODE)
+    image = _annotation(annotations, constants.ANNOTATION_TOOLSET_IMAGE, warnings)
+    if image is not None and not _IMAGE_REFERENCE.fullmatch(image):
+        warnings.append(
+            f"sidecar-debug: annotation {constants.ANNOTATION_TOOLSET_IMAGE}: {_shown(image)} is "
+            f"not an image reference; the configured toolset image is used"
+        )
+        image = None
+    requested_mode = mode_override or _annotation(annotations, constants.ANNOTATION_MODE, warnings)
     if requested_mode:
-        mode = str(requested_mode).strip().lower()
+        mode = requested_mode.lower()
         if mode not in constants.MODES:
             return Decision(
                 False,
                 "unknown-mode",
-                f"unknown debug mode {str(requested_mode)[:64]!r} in annotation "
+                f"unknown debug mode {_shown(requested_mode)} in annotation "
                 f"{constants.ANNOTATION_MODE}; known modes: {', '.join(constants.MODES)}. Fix the "
                 f"annotation, or remove it to get the namespace's or the default mode "
                 f"{settings.default_mode!r}.",
@@ -205,7 +304,7 @@ def decide(
         if mode not in constants.MODES:
             warnings.append(
                 f"sidecar-debug: namespace {namespace!r} has label {constants.LABEL_NAMESPACE_MODE}"
-                f"={namespace_mode[:64]!r}, not one of {', '.join(constants.MODES)}; the default "
+                f"={_shown(namespace_mode)}, not one of {', '.join(constants.MODES)}; the default "
                 f"mode {settings.default_mode!r} is used"
             )
             mode = settings.default_mode
@@ -218,6 +317,7 @@ def decide(
         + (" in standby (no toolset container)" if mode == constants.MODE_STANDBY else ""),
         profile=profile,
         runtime=runtime or None,
+        image=image or None,
         warnings=tuple(warnings),
         mode=mode,
     )

@@ -14,12 +14,16 @@ from typing import Any, Literal
 from webhook import constants
 from webhook.admission.review import UserInfo
 from webhook.config import Settings
+from webhook.inject import shape
 from webhook.inject.decision import decide
 from webhook.inject.patch import create_patch
 from webhook.inject.sidecar import InjectionPlan, inject_pod
 from webhook.policy.api import PolicyEngine, PolicyRequest, PolicyResult
 
 Status = Literal["injected", "skipped", "denied", "error"]
+# Reason of a refusal because the object does not have a Pod's shape (HTTP 400, as for a
+# request the webhook cannot read).
+MALFORMED = "malformed-object"
 
 
 @dataclass
@@ -77,6 +81,17 @@ def run(
 ) -> PipelineResult:
     """Inject `pod` (never modified) as the webhook would; the patch turns `pod` into `.pod`.
     `completes`: the pod runs to completion (a Job's template); None = by its restartPolicy."""
+    problem = shape.problem(pod, shape.POD)
+    if problem is not None:
+        # The apiserver never sends such a Pod (it decodes it first); a client calling the
+        # webhook directly or a manifest given to offline inject can. Name the field.
+        return PipelineResult(
+            "denied",
+            MALFORMED,
+            f"sidecar-debug cannot read the Pod: {problem}. Fix the manifest (the API server "
+            "rejects it too).",
+            pod,
+        )
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     # The namespace's default mode is asked for only when the pod names none (a cached look-up
     # in the webhook, nothing offline).
@@ -86,18 +101,20 @@ def run(
     decision = decide(pod, namespace, settings, namespace_mode=namespace_mode)
     warnings = list(decision.warnings)
     if decision.refuse:
-        return PipelineResult("denied", decision.reason, decision.message, pod)
+        return PipelineResult(
+            "denied", decision.reason, decision.message, pod, decision_warnings=warnings
+        )
     if not decision.inject or decision.profile is None:
-        return PipelineResult("skipped", decision.reason, decision.message, pod)
+        return PipelineResult(
+            "skipped", decision.reason, decision.message, pod, decision_warnings=warnings
+        )
     result = policy.evaluate(
         PolicyRequest(
             namespace=namespace,
             service_account=service_account(pod),
             user=user or {},
             requested_profile=decision.profile,
-            requested_image=(pod.get("metadata") or {})
-            .get("annotations", {})
-            .get(constants.ANNOTATION_TOOLSET_IMAGE),
+            requested_image=decision.image,
             dry_run=dry_run,
             mode=decision.mode,
         )
@@ -105,13 +122,22 @@ def run(
     policy_warnings = list(result.warnings)
     if not result.allowed:
         return PipelineResult(
-            "denied", result.reason, result.message, pod, profile=decision.profile.name,
-            decision_warnings=warnings, policy_warnings=policy_warnings,
+            "denied",
+            result.reason,
+            result.message,
+            pod,
+            profile=decision.profile.name,
+            decision_warnings=warnings,
+            policy_warnings=policy_warnings,
         )
     if result.profile is None:
         return PipelineResult(
-            "skipped", result.reason, result.message, pod,
-            decision_warnings=warnings, policy_warnings=policy_warnings,
+            "skipped",
+            result.reason,
+            result.message,
+            pod,
+            decision_warnings=warnings,
+            policy_warnings=policy_warnings,
         )
     profile = settings.profiles.get(result.profile)
     if profile is None:
