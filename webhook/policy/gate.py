@@ -248,6 +248,19 @@ class PolicyGate:
         explanation.access_checks = calls[0]
         return explanation
 
+    def rule_for(self, namespace: str, service_account: str) -> tuple[RuleSettings, str]:
+        """The settings of the rule that covers this namespace and service account (the
+        expiry controller's question), and where it is written. Raises ClusterAPIError when a
+        namespaceSelector rule could not be evaluated: better no answer than the wrong rule."""
+        policy = self.store.current()
+        trace: list[str] = []
+        rule, uncertain = self._match(policy, namespace, service_account, trace)
+        if uncertain:
+            raise ClusterAPIError(f"policy rules for namespace {namespace!r}: {trace[-1]}")
+        if rule is None:
+            return policy.defaults, f"the defaults ({policy.defaults_where})"
+        return rule.settings, f"policy rule {rule.name!r} ({rule.where})"
+
     def _match(
         self, policy: Policy, namespace: str, service_account: str, trace: list[str]
     ) -> tuple[Rule | None, bool]:

@@ -214,6 +214,7 @@ _SETTINGS_KEYS = (
     "mode",
     "allowedImages",
     "maxSessionDuration",
+    "onExpiry",
 )
 
 
@@ -230,6 +231,7 @@ def _overlay(base: RuleSettings, raw: Mapping[str, Any]) -> RuleSettings:
         max_session=parse_duration(raw["maxSessionDuration"])
         if "maxSessionDuration" in raw
         else base.max_session,
+        on_expiry=raw.get("onExpiry", base.on_expiry),
     )
 
 

@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from webhook import constants
 from webhook.policy.api import Mode
 
 _DURATION = re.compile(r"([0-9]+)([dhms])")
@@ -70,6 +71,8 @@ class RuleSettings:
     mode: Mode = "downgrade"
     allowed_images: tuple[str, ...] = ()
     max_session: dt.timedelta | None = None
+    # What `sidecar-debug controller` does with a session past max_session (report, evict, stop).
+    on_expiry: str = constants.ON_EXPIRY_REPORT
 
     def allows_profile(self, name: str) -> bool:
         return "*" in self.allowed_profiles or name in self.allowed_profiles
