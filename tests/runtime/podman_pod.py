@@ -34,7 +34,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = "0.1.0"
-TOOLSET_IMAGE = f"localhost/sidecar-debug/toolset:{VERSION}"
+# SIDECAR_DEBUG_TEST_TOOLSET_IMAGE runs the tests against another build (e.g. an older one, to
+# see a regression test fail there).
+TOOLSET_IMAGE = os.environ.get("SIDECAR_DEBUG_TEST_TOOLSET_IMAGE",
+                               f"localhost/sidecar-debug/toolset:{VERSION}")
 TOOLSET_SLIM_IMAGE = f"localhost/sidecar-debug/toolset-slim:{VERSION}"
 SIDECAR = "debug-toolset"
 
@@ -140,6 +143,22 @@ class PlayedPod:
                 f"stderr:\n{result.stderr}")
         return result
 
+    def state(self, container: str) -> tuple[str, int]:
+        """The container's status (running, exited, ...) and exit code."""
+        result = subprocess.run(
+            ["podman", "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}",
+             self.container(container)], capture_output=True, text=True, timeout=60, check=True)
+        status, code = result.stdout.split()
+        return status, int(code)
+
+    def wait_for_state(self, container: str, status: str, timeout: float = 60) -> tuple[str, int]:
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.state(container)
+            if state[0] == status or time.monotonic() > deadline:
+                return state
+            time.sleep(0.5)
+
     def logs(self, container: str = "app") -> str:
         return subprocess.run(["podman", "logs", self.container(container)], capture_output=True,
                               text=True, timeout=60).stdout
@@ -153,6 +172,15 @@ class PlayedPod:
             time.sleep(0.5)
         raise AssertionError(f"{pattern!r} not in the logs of {container} after {timeout}s:\n"
                              f"{self.logs(container)[-2000:]}")
+
+
+def set_env(pod: dict[str, Any], container: str, name: str, value: str | None) -> None:
+    """Set (or with None remove) an environment variable of one container of the pod."""
+    target = next(c for c in pod["spec"]["containers"] if c["name"] == container)
+    env = [item for item in target.get("env") or [] if item.get("name") != name]
+    if value is not None:
+        env.append({"name": name, "value": value})
+    target["env"] = env
 
 
 def sample_pod(sample: str, name: str, *, annotations: dict[str, str] | None = None,

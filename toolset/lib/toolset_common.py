@@ -585,6 +585,28 @@ def publish(
             shutil.copyfileobj(src, dst, 1 << 20)
 
 
+def open_output_dir(path: str) -> int:
+    """The results folder (created), opened before any work: an unusable one fails fast, and
+    the descriptor keeps naming this folder even if the app renames or replaces it later."""
+    try:
+        return open_dir(path, create=True, mode=0o700)
+    except (OSError, UnsafePath) as error:
+        fail(
+            f"cannot use the output folder {_display(path)}: {error}. Pass --out with a folder "
+            "the app has not prepared (e.g. a new name under /tmp)",
+            EXIT_NOT_POSSIBLE,
+        )
+
+
+def publish_results(work: str, out_fd: int, names: list[str]) -> None:
+    """Publish WORK/NAME for each name into the opened results folder (see publish)."""
+    try:
+        for name in names:
+            publish(os.path.join(work, name), out_fd, name)
+    except (OSError, UnsafePath) as error:
+        fail(f"cannot write the results: {error}")
+
+
 def private_base() -> str:
     """The sidecar's private directory (0700, created): on its own root filesystem, which no
     other container of the pod can see, or SIDECAR_DEBUG_PRIVATE_DIR when set. Raises OSError

@@ -20,6 +20,8 @@ HOSTILE_PATHS = [
     "/app/esc\x1b[2Jape",
     "/app/$1",  # a positional parameter in a probe
     "/app/wild*card",
+    "/app/back\\slash",
+    "/app/co:lon",
     "/app/with space",
     "/app/percent%s",
 ]
@@ -72,8 +74,8 @@ def test_a_plain_program_is_unchanged(uprobe_trace: ModuleType) -> None:
     assert program.splitlines()[0] == (
         'BEGIN { printf("tracing fib in /proc/42/root/usr/local/bin/fib; Ctrl-C to stop\\n"); }'
     )
-    assert "uprobe:/proc/42/root/usr/local/bin/fib:fib {" in program
-    assert "uretprobe:/proc/42/root/usr/local/bin/fib:fib /@depth[tid] > 0/" in program
+    assert 'uprobe:"/proc/42/root/usr/local/bin/fib":fib {' in program
+    assert 'uretprobe:"/proc/42/root/usr/local/bin/fib":fib /@depth[tid] > 0/' in program
     # Common real names pass: libstdc++, versioned libraries, Go-style dotted symbols.
     for path, function in [
         ("/proc/1/root/usr/lib/x86_64-linux-gnu/libstdc++.so.6", "_ZNSt6vectorIiSaIiEE9push_back"),
