@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from tests.chart.helm import (
     render,
     run_helm,
 )
+from tests.cluster import webhooks as cluster_webhooks
 from webhook.config import SettingsError, load_settings
 
 pytestmark = pytest.mark.chart
@@ -114,6 +116,14 @@ def test_failure_policy_and_timeout_are_values() -> None:
         assert hook["failurePolicy"] == "Fail"
         assert hook["timeoutSeconds"] == 10
     assert manifest.pod_spec()["priorityClassName"] == "system-cluster-critical"
+
+
+def test_local_test_webhooks_register_what_the_chart_registers() -> None:
+    """tests/cluster/webhooks.py puts both rules in one entry for the e2e tests' local webhooks;
+    together they must be what the chart's entries register."""
+    rules = [rule for hook in render().webhooks().values() for rule in hook["rules"]]
+    unique = {json.dumps(rule, sort_keys=True) for rule in rules}
+    assert unique == {json.dumps(rule, sort_keys=True) for rule in cluster_webhooks.POD_RULES}
 
 
 def test_ephemeral_containers_entry_reviews_every_pod_outside_the_excluded_namespaces() -> None:

@@ -58,16 +58,10 @@ def _job(name: str, namespace: str, exit_code: int = 0) -> dict[str, Any]:
 
 
 def _cronjob_api_version(cluster: Cluster) -> str:
-    versions = cluster.kubectl("api-versions").stdout.split()
-    return "batch/v1" if cluster_has_cronjob_v1(cluster, versions) else "batch/v1beta1"
-
-
-def cluster_has_cronjob_v1(cluster: Cluster, versions: list[str]) -> bool:
     """batch/v1 CronJob exists from 1.21; 1.20 serves it only as batch/v1beta1."""
-    if "batch/v1" not in versions:
-        return False
-    resources = cluster.kubectl_json("get", "--raw", "/apis/batch/v1")["resources"]
-    return any(resource["name"] == "cronjobs" for resource in resources)
+    resources = json.loads(cluster.kubectl("get", "--raw", "/apis/batch/v1").stdout)
+    names = {resource["name"] for resource in resources.get("resources", [])}
+    return "batch/v1" if "cronjobs" in names else "batch/v1beta1"
 
 
 def _pods_of_job(cluster: Cluster, namespace: str, job: str) -> list[dict[str, Any]]:
