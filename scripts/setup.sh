@@ -13,6 +13,8 @@ APT_PACKAGES=(
   podman debootstrap catatonit
   # benchmarks and scripts
   wrk jq curl python3-venv
+  # the results page's browser test (headless, DevTools protocol)
+  chromium
 )
 
 missing=()
