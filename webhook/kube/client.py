@@ -59,20 +59,24 @@ def api_client(
     return client.ApiClient(load_configuration(kubeconfig, context))
 
 
-def request(api_client: Any, method: str, path: str, body: Any, content_type: str | None) -> Any:
+def request(api_client: Any, method: str, path: str, body: Any, content_type: str | None,
+            *, timeout: float | None = None) -> Any:
     """A raw API call (the typed client has no 1.20-style ephemeralcontainers method), across
-    both generations of the kubernetes client's ApiClient."""
+    both generations of the kubernetes client's ApiClient. `timeout` (seconds) bounds the call
+    (the controller's Lease renewals must not hang past their deadline)."""
     headers = {"Accept": "application/json"}
     if content_type:
         headers["Content-Type"] = content_type
     if not hasattr(api_client, "param_serialize"):  # kubernetes < 35
         return api_client.call_api(
             path, method, header_params=headers, body=body, auth_settings=["BearerToken"],
-            response_type="object", _return_http_data_only=True, _preload_content=True)
+            response_type="object", _return_http_data_only=True, _preload_content=True,
+            _request_timeout=timeout)
     method, url, headers, body, _ = api_client.param_serialize(
         method=method, resource_path=path, header_params=headers, body=body,
         auth_settings=["BearerToken"])
-    response = api_client.call_api(method, url, header_params=headers, body=body)
+    response = api_client.call_api(method, url, header_params=headers, body=body,
+                                   _request_timeout=timeout)
     response.read()
     data = response.data.decode() if isinstance(response.data, bytes) else str(response.data)
     if response.status >= 400:
