@@ -1,0 +1,173 @@
+"""Folded stacks and the formats computed from them: what a user downloads must open in
+speedscope and in `go tool pprof`, with the samples the run recorded."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from webhook.results import folded, formats
+
+FOLDED = """\
+main;run;compute;fib 60
+main;run;compute 10
+main;run;io_wait 25
+main;gc 5
+"""
+
+
+def test_parse_sums_repeats_and_names_bad_lines() -> None:
+    stacks = folded.parse(FOLDED + "main;gc 3\n\n# comment\n")
+    assert stacks[("main", "gc")] == 8
+    assert folded.total(stacks) == 103
+    with pytest.raises(folded.FoldedError, match="line 2"):
+        folded.parse("a;b 1\nnot a count\n")
+    with pytest.raises(folded.FoldedError, match="empty frame"):
+        folded.parse("a;;b 1\n")
+
+
+def test_format_is_heaviest_first_and_round_trips() -> None:
+    stacks = folded.parse(FOLDED)
+    text = folded.format_stacks(stacks)
+    assert text.splitlines()[0] == "main;run;compute;fib 60"
+    assert folded.parse(text) == stacks
+
+
+def test_hottest_counts_self_samples() -> None:
+    assert folded.hottest(folded.parse(FOLDED), 2) == [("fib", 60), ("io_wait", 25)]
+
+
+def test_diff_normalizes_before_to_after_total() -> None:
+    before = folded.parse("a;b 10\na;c 10\n")
+    after = folded.parse("a;b 30\na;d 10\n")
+    pairs = folded.diff(before, after)
+    assert pairs[("a", "b")] == (20, 30)  # before scaled x2 (20 -> 40 samples)
+    assert pairs[("a", "c")] == (20, 0)
+    assert pairs[("a", "d")] == (0, 10)
+    assert folded.diff(before, after, normalize=False)[("a", "b")] == (10, 30)
+    assert folded.parse_diff(folded.format_diff(pairs)) == pairs
+
+
+def test_diff_tree_carries_both_profiles() -> None:
+    pairs = folded.diff(folded.parse("a;b 10\n"), folded.parse("a;b 5\na;c 5\n"))
+    root = folded.diff_tree(pairs).to_json(differential=True)
+    assert (root["v"], root["b"]) == (10, 10)
+    child = root["c"][0]
+    assert child["n"] == "a" and [c["n"] for c in child["c"]] == ["b", "c"]
+    assert child["c"][0]["b"] == 10 and child["c"][0]["v"] == 5
+
+
+def test_speedscope_weights_add_up_to_the_samples() -> None:
+    stacks = folded.parse(FOLDED)
+    document = json.loads(formats.speedscope_json(stacks, "web-1 perf"))
+    profile = document["profiles"][0]
+    assert document["$schema"] == formats.SPEEDSCOPE_SCHEMA
+    assert profile["type"] == "sampled" and sum(profile["weights"]) == 100
+    frames = [frame["name"] for frame in document["shared"]["frames"]]
+    first = [frames[index] for index in profile["samples"][0]]
+    assert first == ["main", "run", "compute", "fib"]  # root first, as speedscope reads them
+    assert profile["endValue"] == 100
+
+
+# --- pprof, read back by an independent decoder ---------------------------------------------
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return result, pos
+
+
+def _fields(data: bytes) -> list[tuple[int, int | bytes]]:
+    out: list[tuple[int, int | bytes]] = []
+    pos = 0
+    while pos < len(data):
+        key, pos = _varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(data, pos)
+            out.append((number, value))
+        elif wire == 2:
+            length, pos = _varint(data, pos)
+            out.append((number, data[pos:pos + length]))
+            pos += length
+        else:
+            raise AssertionError(f"unexpected wire type {wire}")
+    return out
+
+
+def _packed(data: bytes) -> list[int]:
+    values, pos = [], 0
+    while pos < len(data):
+        value, pos = _varint(data, pos)
+        values.append(value)
+    return values
+
+
+def decode_pprof(blob: bytes) -> dict[tuple[str, ...], int]:
+    """Folded stacks from a gzip'd profile.proto (sample -> location -> line -> function)."""
+    fields = _fields(gzip.decompress(blob))
+    strings = [value.decode() for number, value in fields
+               if number == 6 and isinstance(value, bytes)]
+    functions: dict[int, str] = {}
+    locations: dict[int, int] = {}
+    samples: list[tuple[list[int], list[int]]] = []
+    for number, value in fields:
+        assert isinstance(value, bytes) or number not in (2, 4, 5)
+        if number == 5 and isinstance(value, bytes):
+            items = dict(_fields(value))
+            functions[int(items[1])] = strings[int(items[2])]
+        elif number == 4 and isinstance(value, bytes):
+            items = _fields(value)
+            ident = next(int(v) for n, v in items if n == 1)
+            line = next(v for n, v in items if n == 4)
+            assert isinstance(line, bytes)
+            locations[ident] = int(dict(_fields(line))[1])
+        elif number == 2 and isinstance(value, bytes):
+            parts = dict(_fields(value))
+            ids, counts = parts[1], parts[2]
+            assert isinstance(ids, bytes) and isinstance(counts, bytes)
+            samples.append((_packed(ids), _packed(counts)))
+    assert strings[0] == ""
+    stacks: dict[tuple[str, ...], int] = {}
+    for ids, counts in samples:
+        frames = tuple(functions[locations[i]] for i in reversed(ids))
+        stacks[frames] = stacks.get(frames, 0) + counts[0]
+    return stacks
+
+
+def test_pprof_decodes_to_the_same_stacks() -> None:
+    stacks = folded.parse(FOLDED)
+    blob = formats.pprof(stacks, period_ns=10_101_010, comment="web-1")
+    assert blob[:2] == b"\x1f\x8b"
+    assert decode_pprof(blob) == stacks
+
+
+def test_pprof_encodes_large_varints() -> None:
+    stacks = {("a",): 300, ("a", "b"): 1 << 40}
+    assert decode_pprof(formats.pprof(stacks)) == stacks
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed (golang-go)")
+def test_go_tool_pprof_reads_it(tmp_path: Path) -> None:
+    path = tmp_path / "profile.pb.gz"
+    path.write_bytes(formats.pprof(folded.parse(FOLDED), period_ns=10_101_010))
+    result = subprocess.run(["go", "tool", "pprof", "-top", "-nodecount=10", str(path)],
+                            capture_output=True, text=True, timeout=120,
+                            env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin",
+                                 "GOCACHE": str(tmp_path / "cache"), "PPROF_TMPDIR":
+                                 str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    top = {line.split()[-1]: line for line in result.stdout.splitlines() if line.strip()}
+    assert "fib" in top and "io_wait" in top
+    # 60 samples of 10.1 ms each: fib's flat time is 0.61 s (60 % of the total).
+    assert "60.00%" in top["fib"], result.stdout

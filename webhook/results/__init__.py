@@ -1,0 +1,1 @@
+"""Profiling results kept on a directory: the store, its output formats and the results page."""

@@ -1,0 +1,169 @@
+"""Folded stacks, the source of truth of every stored run, and what is computed from them.
+
+One line per distinct stack: frames from the root to the leaf joined by `;`, a space, the number
+of samples (`main;compute;fib 37`), as Brendan Gregg's stackcollapse scripts and perf's own
+flamegraph report write them. Parsing is strict about what it keeps and clear about what it
+refuses: a line that is not `STACK COUNT` names its line number.
+
+The differential form (difffolded.pl's) is `STACK COUNT_BEFORE COUNT_AFTER`; a differential
+flame graph takes its shape from the second profile and its colour from the difference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+Stack = tuple[str, ...]
+MAX_LINE = 1 << 20  # a stack of a megabyte is not a stack
+
+
+class FoldedError(ValueError):
+    """Input that is not folded stacks; the message names the line."""
+
+
+def parse(text: str) -> dict[Stack, int]:
+    """`STACK COUNT` lines -> {frames: samples}; repeated stacks add up, blank lines and
+    `#` comments are skipped, zero counts dropped."""
+    stacks: dict[Stack, int] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if len(line) > MAX_LINE:
+            raise FoldedError(f"line {number}: longer than {MAX_LINE} characters")
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            raise FoldedError(f"line {number}: expected 'frame;frame;... COUNT', got "
+                              f"{_excerpt(line)!r}")
+        frames = tuple(frame for frame in stack.strip().split(";"))
+        if any(not frame for frame in frames):
+            raise FoldedError(f"line {number}: empty frame name in {_excerpt(stack)!r}")
+        count = int(count_text)
+        if count:
+            stacks[frames] = stacks.get(frames, 0) + count
+    return stacks
+
+
+def _excerpt(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def clean_frame(name: str) -> str:
+    """A frame name as folded stacks can carry it: no `;` (the separator), no line breaks."""
+    return " ".join(name.replace(";", ":").split()) or "[unknown]"
+
+
+def format_stacks(stacks: Mapping[Stack, int]) -> str:
+    """The folded text of `stacks`, heaviest first (ties by stack, so the output is stable)."""
+    ordered = sorted(stacks.items(), key=lambda item: (-item[1], item[0]))
+    return "".join(f"{';'.join(frames)} {count}\n" for frames, count in ordered if count > 0)
+
+
+def total(stacks: Mapping[Stack, int]) -> int:
+    return sum(stacks.values())
+
+
+def hottest(stacks: Mapping[Stack, int], top: int = 10) -> list[tuple[str, int]]:
+    """Leaf functions by self samples, heaviest first."""
+    leaves: dict[str, int] = {}
+    for frames, count in stacks.items():
+        leaves[frames[-1]] = leaves.get(frames[-1], 0) + count
+    return sorted(leaves.items(), key=lambda item: (-item[1], item[0]))[:top]
+
+
+# --- differential ---------------------------------------------------------------------------------
+
+def diff(before: Mapping[Stack, int], after: Mapping[Stack, int], *,
+         normalize: bool = True) -> dict[Stack, tuple[int, int]]:
+    """{stack: (before, after)} over both profiles' stacks. With `normalize` the before counts
+    are scaled to the after profile's total (difffolded.pl -n), so that two recordings of
+    different length compare by share of samples, not by raw counts."""
+    scale = 1.0
+    before_total, after_total = total(before), total(after)
+    if normalize and before_total and after_total:
+        scale = after_total / before_total
+    result: dict[Stack, tuple[int, int]] = {}
+    for frames in set(before) | set(after):
+        result[frames] = (round(before.get(frames, 0) * scale), after.get(frames, 0))
+    return result
+
+
+def format_diff(pairs: Mapping[Stack, tuple[int, int]]) -> str:
+    ordered = sorted(pairs.items(), key=lambda item: (-max(item[1]), item[0]))
+    return "".join(f"{';'.join(frames)} {a} {b}\n" for frames, (a, b) in ordered if a or b)
+
+
+def parse_diff(text: str) -> dict[Stack, tuple[int, int]]:
+    """The inverse of format_diff (`STACK BEFORE AFTER` lines)."""
+    pairs: dict[Stack, tuple[int, int]] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.rsplit(" ", 2)
+        if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+            raise FoldedError(f"line {number}: expected 'frame;... BEFORE AFTER', got "
+                              f"{_excerpt(line)!r}")
+        frames = tuple(parts[0].split(";"))
+        a, b = pairs.get(frames, (0, 0))
+        pairs[frames] = (a + int(parts[1]), b + int(parts[2]))
+    return pairs
+
+
+# --- the tree a flame graph draws -----------------------------------------------------------------
+
+@dataclass
+class Node:
+    """One frame in the call tree: `value` samples in it and below (the after profile's in a
+    differential tree), `before` the same for the first profile (differential trees only)."""
+
+    name: str
+    value: int = 0
+    before: int = 0
+    children: dict[str, Node] = field(default_factory=dict)
+
+    def to_json(self, differential: bool = False) -> dict[str, Any]:
+        """Compact JSON for the page's script: n(ame), v(alue), b(efore), c(hildren), heaviest
+        child first."""
+        data: dict[str, Any] = {"n": self.name, "v": self.value}
+        if differential:
+            data["b"] = self.before
+        if self.children:
+            kids = sorted(self.children.values(), key=lambda node: (-node.value, node.name))
+            data["c"] = [child.to_json(differential) for child in kids]
+        return data
+
+
+def tree(stacks: Mapping[Stack, int], root: str = "all") -> Node:
+    top = Node(root)
+    for frames, count in stacks.items():
+        top.value += count
+        node = top
+        for frame in frames:
+            node = node.children.setdefault(frame, Node(frame))
+            node.value += count
+    return top
+
+
+def diff_tree(pairs: Mapping[Stack, tuple[int, int]], root: str = "all") -> Node:
+    top = Node(root)
+    for frames, (before, after) in pairs.items():
+        top.value += after
+        top.before += before
+        node = top
+        for frame in frames:
+            node = node.children.setdefault(frame, Node(frame))
+            node.value += after
+            node.before += before
+    return top
+
+
+def from_pairs(lines: Iterable[tuple[str, int]]) -> dict[Stack, int]:
+    """{stack: count} from (`a;b;c`, count) pairs (a collapsing script's output)."""
+    stacks: dict[Stack, int] = {}
+    for stack, count in lines:
+        frames = tuple(clean_frame(frame) for frame in stack.split(";"))
+        stacks[frames] = stacks.get(frames, 0) + count
+    return stacks

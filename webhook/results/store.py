@@ -1,0 +1,249 @@
+"""The results store: profiling runs kept on a directory (a PersistentVolumeClaim in the chart).
+
+Layout, one directory per run:
+
+    ROOT/NAMESPACE/POD/20261203T070000Z-perf/
+        stacks.folded   the samples (the source of truth; every other format is computed)
+        meta.json       namespace, pod, technique, start time, duration, schedule, summary...
+
+A run is written into a hidden directory beside its final place and renamed into it when
+complete, so that a reader (the results page, mounted read-only) never sees half a run.
+Names come from the Kubernetes API, but are still checked against what Kubernetes allows
+before they become paths. Retention: at most `keep` runs per pod (newest kept) and none older
+than `max_age`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from webhook.results import folded
+
+FOLDED_NAME = "stacks.folded"
+META_NAME = "meta.json"
+STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_TECHNIQUE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+_RUN_NAME = re.compile(r"^(\d{8}T\d{6}Z)(?:-(\d+))?-([a-z0-9][a-z0-9-]{0,39})$")
+MAX_FOLDED_BYTES = 64 << 20
+
+
+class StoreError(ValueError):
+    """A name, run or file the store refuses; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One stored run; `id` is NAMESPACE/POD/RUN, its path under the store."""
+
+    namespace: str
+    pod: str
+    name: str  # the run directory: TIMESTAMP[-N]-TECHNIQUE
+    started: datetime
+    technique: str
+    path: Path
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return f"{self.namespace}/{self.pod}/{self.name}"
+
+    @property
+    def samples(self) -> int:
+        value = self.meta.get("samples")
+        return value if isinstance(value, int) else 0
+
+    def stacks(self) -> dict[folded.Stack, int]:
+        path = self.path / FOLDED_NAME
+        if path.stat().st_size > MAX_FOLDED_BYTES:
+            raise StoreError(f"run {self.id}: {FOLDED_NAME} is larger than {MAX_FOLDED_BYTES} "
+                             "bytes")
+        try:
+            return folded.parse(path.read_text(encoding="utf-8", errors="replace"))
+        except folded.FoldedError as error:
+            raise StoreError(f"run {self.id}: {FOLDED_NAME}: {error}") from error
+
+    def folded_text(self) -> str:
+        return (self.path / FOLDED_NAME).read_text(encoding="utf-8", errors="replace")
+
+
+def check_namespace(name: str) -> str:
+    if not isinstance(name, str) or not _DNS_LABEL.match(name):
+        raise StoreError(f"{name!r} is not a Kubernetes namespace name (a DNS label)")
+    return name
+
+
+def check_pod(name: str) -> str:
+    if not isinstance(name, str) or not _DNS_SUBDOMAIN.match(name):
+        raise StoreError(f"{name!r} is not a Kubernetes pod name (a DNS subdomain)")
+    return name
+
+
+def check_technique(name: str) -> str:
+    if not isinstance(name, str) or not _TECHNIQUE.match(name):
+        raise StoreError(f"{name!r} is not a technique name (lower-case letters, digits, '-')")
+    return name
+
+
+def utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+class Store:
+    """The results directory. Reading needs no write access (the page mounts it read-only)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    # --- writing ----------------------------------------------------------------------------------
+
+    def save(self, namespace: str, pod: str, technique: str,
+             stacks: Mapping[folded.Stack, int], *, started: datetime,
+             meta: Mapping[str, Any] | None = None) -> Run:
+        """Store one run; the folded stacks are written as given, the metadata completed with
+        the names, start time, sample count and hottest functions."""
+        check_namespace(namespace)
+        check_pod(pod)
+        check_technique(technique)
+        started = utc(started)
+        pod_dir = self.root / namespace / pod
+        pod_dir.mkdir(parents=True, exist_ok=True)
+        record: dict[str, Any] = dict(meta or {})
+        record.update({
+            "namespace": namespace,
+            "pod": pod,
+            "technique": technique,
+            "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "samples": folded.total(stacks),
+            "hottest": [[name, count] for name, count in folded.hottest(stacks, 10)],
+        })
+        staging = pod_dir / f".incoming-{secrets.token_hex(6)}"
+        staging.mkdir()
+        try:
+            (staging / FOLDED_NAME).write_text(folded.format_stacks(stacks), encoding="utf-8")
+            (staging / META_NAME).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n",
+                                             encoding="utf-8")
+            stamp = started.strftime(STAMP_FORMAT)
+            for attempt in range(1000):
+                name = f"{stamp}-{technique}" if attempt == 0 else f"{stamp}-{attempt}-{technique}"
+                target = pod_dir / name
+                try:
+                    os.rename(staging, target)  # fails when a non-empty run is there
+                except OSError:
+                    if target.exists():
+                        continue
+                    raise
+                return Run(namespace, pod, name, started, technique, target, record)
+            raise StoreError(f"too many runs of {namespace}/{pod} at {stamp}")
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+
+    def save_folded(self, namespace: str, pod: str, technique: str, text: str, *,
+                    started: datetime, meta: Mapping[str, Any] | None = None) -> Run:
+        try:
+            stacks = folded.parse(text)
+        except folded.FoldedError as error:
+            raise StoreError(f"the stacks of {namespace}/{pod} are not folded stacks: "
+                             f"{error}") from error
+        return self.save(namespace, pod, technique, stacks, started=started, meta=meta)
+
+    def prune(self, *, keep: int | None, max_age: timedelta | None,
+              now: datetime) -> list[Run]:
+        """Remove runs beyond the newest `keep` of each pod and runs older than `max_age`;
+        empty pod and namespace directories go too. Returns what was removed."""
+        now = utc(now)
+        removed: list[Run] = []
+        by_pod: dict[tuple[str, str], list[Run]] = {}
+        for run in self.runs():
+            by_pod.setdefault((run.namespace, run.pod), []).append(run)
+        for runs in by_pod.values():
+            runs.sort(key=lambda run: (run.started, run.name), reverse=True)
+            for position, run in enumerate(runs):
+                too_many = keep is not None and position >= keep
+                too_old = max_age is not None and now - run.started > max_age
+                if too_many or too_old:
+                    shutil.rmtree(run.path, ignore_errors=True)
+                    removed.append(run)
+        for namespace_dir in self._dirs(self.root):
+            for pod_dir in self._dirs(namespace_dir):
+                if not any(pod_dir.iterdir()):
+                    pod_dir.rmdir()
+            if not any(namespace_dir.iterdir()):
+                namespace_dir.rmdir()
+        return removed
+
+    # --- reading ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _dirs(path: Path) -> Iterator[Path]:
+        try:
+            entries = sorted(path.iterdir())
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for entry in entries:
+            if not entry.name.startswith(".") and entry.is_dir() and not entry.is_symlink():
+                yield entry
+
+    def runs(self, namespace: str | None = None, pod: str | None = None) -> list[Run]:
+        """Every complete run, newest first (optionally of one namespace or pod)."""
+        found: list[Run] = []
+        for namespace_dir in self._dirs(self.root):
+            if namespace is not None and namespace_dir.name != namespace:
+                continue
+            if not _DNS_LABEL.match(namespace_dir.name):
+                continue
+            for pod_dir in self._dirs(namespace_dir):
+                if pod is not None and pod_dir.name != pod:
+                    continue
+                if not _DNS_SUBDOMAIN.match(pod_dir.name):
+                    continue
+                for run_dir in self._dirs(pod_dir):
+                    run = self._load(namespace_dir.name, pod_dir.name, run_dir)
+                    if run is not None:
+                        found.append(run)
+        found.sort(key=lambda run: (run.started, run.id), reverse=True)
+        return found
+
+    def _load(self, namespace: str, pod: str, run_dir: Path) -> Run | None:
+        match = _RUN_NAME.match(run_dir.name)
+        stacks = run_dir / FOLDED_NAME
+        if not match or not stacks.is_file() or stacks.is_symlink():
+            return None
+        started = datetime.strptime(match.group(1), STAMP_FORMAT).replace(tzinfo=UTC)
+        meta: dict[str, Any] = {}
+        meta_path = run_dir / META_NAME
+        if meta_path.is_file() and not meta_path.is_symlink():
+            try:
+                loaded = json.loads(meta_path.read_text(encoding="utf-8"))
+                meta = loaded if isinstance(loaded, dict) else {}
+            except (ValueError, OSError):
+                meta = {}
+        return Run(namespace, pod, run_dir.name, started, match.group(3), run_dir, meta)
+
+    def get(self, run_id: str) -> Run:
+        """The run NAMESPACE/POD/RUN; StoreError when the id is malformed or not stored."""
+        parts = run_id.split("/") if isinstance(run_id, str) else []
+        if len(parts) != 3:
+            raise StoreError(f"{run_id!r} is not a run id (NAMESPACE/POD/RUN)")
+        namespace, pod, name = parts
+        check_namespace(namespace)
+        check_pod(pod)
+        if not _RUN_NAME.match(name):
+            raise StoreError(f"{name!r} is not a run name (TIMESTAMP-TECHNIQUE)")
+        path = self.root / namespace / pod / name
+        run = self._load(namespace, pod, path) if path.is_dir() and not path.is_symlink() else None
+        if run is None:
+            raise StoreError(f"no run {run_id} in {self.root}")
+        return run
