@@ -6,7 +6,6 @@ to the real apiserver with plain dicts (no client-model conversion) and a hard t
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -99,63 +98,42 @@ class PodReader(Protocol):
 
 
 class KubernetesClusterAPI:
-    """ClusterAPI (and PodReader) over the kubernetes client: in-cluster config, else
-    kubeconfig (lazily)."""
+    """ClusterAPI (and PodReader) over webhook.kube.client: in-cluster config, else kubeconfig
+    (lazily, on the first call); plain dicts, one attempt per call and `timeout` for all of it."""
 
     def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
         self._kubeconfig = kubeconfig
         self._context = context
-        self._configuration: Any = None
-        self._pool: Any = None
+        self._client: Any = None
         self._lock = threading.Lock()
 
-    def _connection(self) -> tuple[Any, Any]:
-        """(configuration, urllib3 pool) built once; in-cluster first, then kubeconfig."""
+    def _api_client(self) -> Any:
         with self._lock:
-            if self._pool is None:
-                import urllib3
-
-                from webhook.kube.client import KubeConfigError, load_configuration
+            if self._client is None:
+                from webhook.kube.client import KubeConfigError, api_client
 
                 try:
-                    configuration = load_configuration(self._kubeconfig, self._context)
+                    self._client = api_client(self._kubeconfig, self._context, retries=False)
                 except KubeConfigError as exc:  # any config problem means "cannot ask"
                     raise ClusterAPIError(str(exc)) from exc
-                # Our own urllib3 pool rather than the generated client's internals, whose
-                # call signatures differ between kubernetes client releases.
-                self._pool = urllib3.PoolManager(
-                    cert_reqs="CERT_REQUIRED" if configuration.verify_ssl else "CERT_NONE",
-                    ca_certs=configuration.ssl_ca_cert,
-                    cert_file=configuration.cert_file,
-                    key_file=configuration.key_file,
-                    retries=False,
-                )
-                self._configuration = configuration
-            return self._configuration, self._pool
+            return self._client
 
     def _call(self, method: str, path: str, body: Any, timeout: float) -> dict[str, Any]:
-        configuration, pool = self._connection()
-        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        from webhook.kube.client import request
+
+        client = self._api_client()
         try:
-            for auth in configuration.auth_settings().values():  # refreshes in-cluster tokens
-                if auth.get("in") == "header" and auth.get("value"):
-                    headers[auth["key"]] = auth["value"]
-            response = pool.request(
-                method,
-                configuration.host.rstrip("/") + path,
-                body=None if body is None else json.dumps(body).encode(),
-                headers=headers,
-                timeout=timeout,
-            )
-        except Exception as exc:  # timeouts, refused connections, TLS errors: all "no answer"
-            raise ClusterAPIError(f"{method} {path}: {exc}") from exc
-        if not 200 <= response.status <= 299:
-            text = response.data[:300].decode(errors="replace")
-            raise ClusterAPIError(f"{method} {path}: HTTP {response.status}: {text}")
-        try:
-            document: dict[str, Any] = json.loads(response.data)
+            document = request(client, method, path, body, "application/json", timeout=timeout)
         except ValueError as exc:
             raise ClusterAPIError(f"{method} {path}: response is not JSON") from exc
+        except Exception as exc:  # timeouts, refused connections, TLS errors: all "no answer"
+            status = getattr(exc, "status", None)
+            if status:  # an answer (the client's own failures carry status 0)
+                text = str(getattr(exc, "body", "") or "")[:300]
+                raise ClusterAPIError(f"{method} {path}: HTTP {status}: {text}") from exc
+            raise ClusterAPIError(f"{method} {path}: {exc}") from exc
+        if not isinstance(document, dict):
+            raise ClusterAPIError(f"{method} {path}: response is not a JSON object")
         return document
 
     def access_allowed(self, check: AccessCheck, timeout: float) -> bool:

@@ -1,6 +1,7 @@
 """How this project calls the Kubernetes API, in one place: configuration, the ApiClient, raw
-requests. Every other module asks here (webhook.kube.access keeps its own urllib3 pool over the
-same configuration, webhook.kube.secrets and webhook.sessions use api_client()).
+requests. Every other module asks here: webhook.kube.access (the policy gate's calls, with a
+deadline and no retries) and webhook.sessions through request(), webhook.kube.secrets and the
+typed APIs (CoreV1Api, ...) over an api_client().
 
 The webhook runs in a pod (in-cluster service account); the CLI and the tests run beside a
 kubeconfig. Explicit kubeconfig/context win; otherwise in-cluster first, then $KUBECONFIG or
@@ -43,20 +44,29 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
 
 
 def api_client(
-    kubeconfig: str | None = None, context: str | None = None, *, kubeconfig_first: bool = False
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    *,
+    kubeconfig_first: bool = False,
+    retries: bool = True,
 ) -> Any:
     """The one way to get a kubernetes.client.ApiClient (over load_configuration()).
 
     kubeconfig_first: a developer's command prefers a kubeconfig ($KUBECONFIG, ~/.kube/config)
     when there is one, as kubectl does, and falls back to in-cluster; the webhook does the reverse.
+    retries=False: one attempt per call (urllib3 retries a failed GET 3 times by default, which
+    would multiply a caller's deadline).
     """
     if kubeconfig_first and kubeconfig is None:
         kubeconfig = os.environ.get("KUBECONFIG")
         default = os.path.expanduser("~/.kube/config")
         if not kubeconfig and os.path.exists(default):
             kubeconfig = default
+    configuration = load_configuration(kubeconfig, context)
+    if not retries:
+        configuration.retries = False
     client: Any = importlib.import_module("kubernetes.client")
-    return client.ApiClient(load_configuration(kubeconfig, context))
+    return client.ApiClient(configuration)
 
 
 def request(api_client: Any, method: str, path: str, body: Any, content_type: str | None,

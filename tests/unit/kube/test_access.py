@@ -26,6 +26,7 @@ class FakeApiserver:
         self.delay = 0.0
         self.status = 200
         self.allowed = True
+        self.raw: bytes | None = None  # answer these bytes instead of JSON
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -33,7 +34,7 @@ class FakeApiserver:
                 time.sleep(fake.delay)
                 if fake.delay:
                     return  # the client has given up; answering would only log a broken pipe
-                data = json.dumps(body).encode()
+                data = json.dumps(body).encode() if fake.raw is None else fake.raw
                 self.send_response(fake.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -134,3 +135,54 @@ def test_http_error_is_an_error(apiserver: FakeApiserver, tmp_path: Path) -> Non
 def test_no_configuration_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ClusterAPIError, match="no usable Kubernetes configuration"):
         KubernetesClusterAPI(str(tmp_path / "missing")).namespace_labels("dev", timeout=1)
+
+
+def test_a_read_timeout_is_one_attempt(apiserver: FakeApiserver, tmp_path: Path) -> None:
+    """A GET is not retried: the gate's deadline (sarTimeoutSeconds) is the whole wait."""
+    api = KubernetesClusterAPI(kubeconfig(tmp_path, apiserver.url))
+    apiserver.delay = 1.0
+    started = time.monotonic()
+    with pytest.raises(ClusterAPIError, match="GET /api/v1/namespaces/dev"):
+        api.namespace_labels("dev", timeout=0.3)
+    assert time.monotonic() - started < 0.9
+    assert len(apiserver.requests) == 1
+
+
+def test_an_answer_that_is_not_json_is_an_error(apiserver: FakeApiserver, tmp_path: Path) -> None:
+    api = KubernetesClusterAPI(kubeconfig(tmp_path, apiserver.url))
+    apiserver.raw = b"<html>proxy error</html>"
+    with pytest.raises(ClusterAPIError, match="not JSON"):
+        api.namespace_labels("dev", timeout=2)
+    apiserver.raw = b"[1, 2]"
+    with pytest.raises(ClusterAPIError, match="not a JSON object"):
+        api.namespace_labels("dev", timeout=2)
+
+
+def test_an_unreachable_apiserver_is_an_error(apiserver: FakeApiserver, tmp_path: Path) -> None:
+    url = apiserver.url
+    apiserver.server.shutdown()
+    apiserver.server.server_close()
+    api = KubernetesClusterAPI(kubeconfig(tmp_path, url))
+    with pytest.raises(ClusterAPIError, match="GET /api/v1/namespaces/dev: "):
+        api.namespace_labels("dev", timeout=2)
+
+
+def test_every_api_call_goes_through_the_kube_client() -> None:
+    """One way of calling the Kubernetes API: nothing outside webhook/kube/client.py builds an
+    ApiClient or a Configuration, loads a kubeconfig, or talks HTTP to the apiserver itself."""
+    import re
+
+    root = Path(__file__).resolve().parents[3] / "webhook"
+    pattern = re.compile(
+        r"\bApiClient\(|\bConfiguration\(|load_kube_config|load_incluster_config"
+        r"|\bimport (urllib3|requests|http\.client)\b|\bfrom (urllib3|requests|http\.client)\b"
+        r"|urllib\.request|PoolManager\("
+    )
+    offenders = [
+        f"{path.relative_to(root.parent)}:{number}: {line.strip()}"
+        for path in sorted(root.rglob("*.py"))
+        if path != root / "kube" / "client.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line) and not line.lstrip().startswith("#")
+    ]
+    assert offenders == []
