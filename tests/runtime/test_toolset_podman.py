@@ -9,6 +9,7 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,9 +85,9 @@ def test_flamegraph_names_the_hot_function(node_pod: PlayedPod) -> None:
         leaf = frames.split(";")[-1]
         self_samples[leaf] = self_samples.get(leaf, 0) + int(samples)
         total += int(samples)
-    hottest, samples = max(self_samples.items(), key=lambda item: item[1])
+    hottest, hottest_samples = max(self_samples.items(), key=lambda item: item[1])
     assert "fibonacci" in hottest
-    assert samples / total > 0.5, self_samples
+    assert hottest_samples / total > 0.5, self_samples
 
 
 def test_flamegraph_by_name_and_errors(node_pod: PlayedPod) -> None:
@@ -162,7 +163,7 @@ def test_sidecar_stops_promptly_on_sigterm(runtime_images: None, pod_workdir: Pa
     with podman_pod.played(injected, pod_workdir) as played:
         assert played.exec("toolset-entrypoint", "--wait-ready", "--timeout", "30").returncode == 0
         started = time.monotonic()
-        stopped = podman_pod.subprocess.run(
+        stopped = subprocess.run(
             ["podman", "stop", "-t", "20", played.container(podman_pod.SIDECAR)],
             capture_output=True, text=True, timeout=60)
         assert stopped.returncode == 0

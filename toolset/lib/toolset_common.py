@@ -208,7 +208,9 @@ def find_target(pid: int | None, name: str | None) -> Process:
 
 
 def describe(process: Process) -> str:
-    return f"PID {process.pid} ({process.comm}): {process.command_line[:160]}"
+    """One line for the user's terminal: the app chooses its command line and name, escape
+    sequences and newlines included, so those are shown escaped."""
+    return f"PID {process.pid} ({_display(process.comm)}): {_display(process.command_line[:160])}"
 
 
 PERF_MAP_LIMIT = 256 << 20  # a JIT map of a big app is tens of MB; the app chooses its size

@@ -92,3 +92,16 @@ def test_the_label_is_a_safe_string_literal(uprobe_trace: ModuleType) -> None:
     assert uprobe_trace.string_literal('a"b\\c%d') == 'a\\"b\\\\c%%d'
     with pytest.raises(uprobe_trace.UnsafeProbe):
         uprobe_trace.string_literal("a\nb")
+
+
+def test_the_target_line_shows_the_apps_command_line_escaped(common: ModuleType) -> None:
+    """The scripts print the target they chose; the app chose its command line and name, so a
+    newline or an escape sequence in them must not reach the user's terminal raw."""
+    process = common.Process(pid=7, comm="x\x1b[2J", cmdline=["/opt/nl\nuprobe:{a}/fib", "-v"],
+                             start_ticks=0, cgroup="", uid=0)
+    line = common.describe(process)
+    assert line.isprintable(), line
+    assert "\\n" in line and "\\x1b" in line
+    plain = common.Process(pid=8, comm="node", cmdline=["node", "app.js"], start_ticks=0,
+                           cgroup="", uid=0)
+    assert common.describe(plain) == "PID 8 (node): node app.js"
