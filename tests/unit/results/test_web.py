@@ -1,0 +1,108 @@
+"""The results page over a store (Flask test client): lists runs by namespace and pod, shows
+each run's flame graph data, the differential graph and downloads that are the stored samples;
+bad ids get a 404 with the reason, and app-controlled frame names never become markup."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+
+from webhook.results import folded
+from webhook.results.store import Store
+from webhook.results.web import create_app
+
+T0 = datetime(2026, 12, 3, 7, 0, 0, tzinfo=UTC)
+HOSTILE = "</script><img src=x onerror=alert(1)>"
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> FlaskClient:
+    store = Store(tmp_path)
+    store.save("shop", "web-1", "perf", folded.parse("main;fib 90\nmain;gc 10\n"), started=T0,
+               meta={"duration": 30, "frequency": 99})
+    store.save("shop", "web-1", "perf", folded.parse("main;fib 40\nmain;io 60\n"),
+               started=T0 + timedelta(hours=1), meta={"duration": 30})
+    store.save("batch", "job-x", "perf", {("main", HOSTILE): 5}, started=T0)
+    return create_app(tmp_path).test_client()
+
+
+def profile_of(html: str) -> Any:
+    match = re.search(r'<script id="profile" type="application/json">(.*?)</script>', html, re.S)
+    assert match, html
+    return json.loads(match.group(1))
+
+
+def test_index_lists_runs_by_namespace_and_pod(client: FlaskClient) -> None:
+    html = client.get("/").get_data(as_text=True)
+    assert [m for m in re.findall(r'<h2 class="pod">(.*?)</h2>', html)] == [
+        "batch / job-x", "shop / web-1"]
+    rows = re.findall(r'data-run="([^"]+)"', html)
+    assert rows[1:] == ["shop/web-1/20261203T080000Z-perf", "shop/web-1/20261203T070000Z-perf"]
+    assert "fib (90 %)" in html
+    assert 'href="runs/shop/web-1/20261203T070000Z-perf/profile.pb.gz"' in html
+
+
+def test_empty_store_says_how_runs_arrive(tmp_path: Path) -> None:
+    html = create_app(tmp_path).test_client().get("/").get_data(as_text=True)
+    assert 'id="empty"' in html and "sidecar-debug.io/schedule" in html
+
+
+def test_run_page_embeds_the_tree_and_loads_the_script(client: FlaskClient) -> None:
+    response = client.get("/runs/shop/web-1/20261203T070000Z-perf/")
+    html = response.get_data(as_text=True)
+    data = profile_of(html)
+    assert data["tree"]["v"] == 100 and data["tree"]["c"][0]["c"][0] == {"n": "fib", "v": 90}
+    assert '<script src="../../../../static/flamegraph.js" defer>' in html
+    assert "script-src 'self'" in response.headers["Content-Security-Policy"]
+    assert client.get("/static/flamegraph.js").status_code == 200
+
+
+def test_frame_names_stay_data(client: FlaskClient) -> None:
+    html = client.get("/runs/batch/job-x/20261203T070000Z-perf/").get_data(as_text=True)
+    assert "<img" not in html and html.count("</script>") == 2  # the script tag and the data
+    assert profile_of(html)["tree"]["c"][0]["c"][0]["n"] == HOSTILE
+    index = client.get("/").get_data(as_text=True)
+    assert "<img" not in index
+
+
+def test_downloads_are_the_stored_samples(client: FlaskClient) -> None:
+    base = "/runs/shop/web-1/20261203T070000Z-perf/"
+    text = client.get(base + "stacks.folded").get_data(as_text=True)
+    assert folded.parse(text) == {("main", "fib"): 90, ("main", "gc"): 10}
+    speedscope = client.get(base + "profile.speedscope.json").get_json()
+    assert sum(speedscope["profiles"][0]["weights"]) == 100
+    response = client.get(base + "profile.pb.gz")
+    assert gzip.decompress(response.data)
+    assert "attachment" in response.headers["Content-Disposition"]
+
+
+def test_differential_page_and_download(client: FlaskClient) -> None:
+    a = "shop/web-1/20261203T070000Z-perf"
+    b = "shop/web-1/20261203T080000Z-perf"
+    data = profile_of(client.get(f"/diff?a={a}&b={b}").get_data(as_text=True))
+    assert data["differential"] is True
+    frames = {node["n"]: node for node in data["tree"]["c"][0]["c"]}
+    assert (frames["fib"]["b"], frames["fib"]["v"]) == (90, 40)
+    assert (frames["io"]["b"], frames["io"]["v"]) == (0, 60)
+    pairs = folded.parse_diff(client.get(f"/diff.folded?a={a}&b={b}").get_data(as_text=True))
+    assert pairs[("main", "gc")] == (10, 0)
+
+
+@pytest.mark.parametrize("path,code,reason", [
+    ("/runs/shop/web-1/20261203T090000Z-perf/", 404, "no run shop/web-1/20261203T090000Z-perf"),
+    ("/runs/shop/web-1/..%2F..%2Fetc/", 404, "was not found"),
+    ("/runs/shop/web-1/..perf/stacks.folded", 404, "is not a run name"),
+    ("/runs/Shop/web-1/20261203T070000Z-perf/stacks.folded", 404, "namespace name"),
+    ("/diff?a=shop/web-1/20261203T070000Z-perf", 400, "pick two runs"),
+])
+def test_bad_requests_say_why(client: FlaskClient, path: str, code: int, reason: str) -> None:
+    response = client.get(path)
+    assert response.status_code == code
+    assert reason in response.get_data(as_text=True)

@@ -1,0 +1,253 @@
+"""The results page: every stored run by namespace, pod and time, each as an interactive flame
+graph (search highlights matching frames, click zooms), a differential flame graph between any
+two runs, and downloads as folded stacks, speedscope JSON and pprof.
+
+Read-only over the store (the chart mounts the volume read-only into this container). The page
+needs nothing from outside the pod: the flame graph is drawn by static/flamegraph.js (plain
+JavaScript and SVG, no library, no CDN), the profile is embedded in the page as JSON, and the
+Content-Security-Policy allows scripts from the page's own origin only. Frame names come from the
+profiled app: they reach the page as JSON and are drawn with textContent, never as markup.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from flask import Flask, Response, abort, render_template_string, request
+
+from webhook.results import folded, formats
+from webhook.results.store import Run, Store, StoreError
+
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+       "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; "
+       "frame-ancestors 'none'")
+
+_STYLE = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.2em 2em; color: #222; }
+h1 { font-size: 1.4em; margin: 0 0 .3em; } h1 a { color: inherit; text-decoration: none; }
+table { border-collapse: collapse; margin: .6em 0 1.2em; }
+th, td { padding: .25em .7em; border-bottom: 1px solid #ddd; text-align: left; }
+th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+h2 { font-size: 1.1em; margin: 1.2em 0 .2em; } .muted { color: #777; }
+.bar { display: flex; gap: .8em; align-items: center; flex-wrap: wrap; margin: .5em 0; }
+#flame { width: 100%; display: block; font: 12px monospace; }
+#flame rect { stroke: #fff; stroke-width: .5; cursor: pointer; }
+#flame g.match rect { fill: #e040fb !important; }
+#flame g:hover rect { stroke: #000; }
+#flame text { pointer-events: none; fill: #000; }
+.legend span { display: inline-block; padding: 0 .5em; margin-right: .4em; }
+"""
+
+_LAYOUT = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{ title }} - sidecar-debug results</title>
+<style>{{ style }}</style>
+{% if profile is defined %}<script src="{{ script }}" defer></script>{% endif %}
+</head><body>
+<h1><a href="{{ home }}">sidecar-debug results</a>
+{%- if subtitle %} &middot; {{ subtitle }}{% endif %}</h1>
+{{ body|safe }}
+</body></html>
+"""
+
+_INDEX = """
+{% if not groups %}
+<p id="empty">No runs stored in <code>{{ root }}</code> yet. Runs appear here when a schedule
+(annotation <code>sidecar-debug.io/schedule</code>) or <code>sidecar-debug trap</code> stores
+one.</p>
+{% else %}
+<form method="get" action="diff">
+<p class="bar">{{ count }} runs. Pick a <b>before</b> (A) and an <b>after</b> (B) run, then
+<button type="submit" id="compare">differential flame graph</button></p>
+{% for (namespace, pod), runs in groups %}
+<h2 class="pod">{{ namespace }} / {{ pod }}</h2>
+<table class="runs"><tr><th>A</th><th>B</th><th>started (UTC)</th><th>technique</th>
+<th>seconds</th><th>samples</th><th>hottest</th><th>downloads</th></tr>
+{% for run in runs %}
+<tr class="run" data-run="{{ run.id }}">
+<td><input type="radio" name="a" value="{{ run.id }}" aria-label="before"></td>
+<td><input type="radio" name="b" value="{{ run.id }}" aria-label="after"></td>
+<td><a class="view" href="runs/{{ run.id }}/">
+{{- run.started.strftime('%Y-%m-%d %H:%M:%S') }}</a></td>
+<td>{{ run.technique }}</td><td class="num">{{ run.meta.get('duration', '') }}</td>
+<td class="num">{{ run.samples }}</td>
+<td>{{ hottest(run) }}</td>
+<td><a href="runs/{{ run.id }}/stacks.folded">folded</a> &middot;
+<a href="runs/{{ run.id }}/profile.speedscope.json">speedscope</a> &middot;
+<a href="runs/{{ run.id }}/profile.pb.gz">pprof</a></td></tr>
+{% endfor %}</table>
+{% endfor %}
+</form>
+{% endif %}
+"""
+
+_GRAPH = """
+<p class="muted">{{ description }}</p>
+<div class="bar">
+<label>Search <input id="search" type="search" placeholder="function name or regex"
+ autocomplete="off"></label> <span id="matched"></span>
+<button id="reset" type="button">reset zoom</button>
+<span>Download: {% for label, href in downloads %}<a href="{{ href }}">{{ label }}</a>
+{% if not loop.last %}&middot; {% endif %}{% endfor %}</span>
+</div>
+{% if differential %}<p class="legend"><span style="background:#f66">grew in B</span>
+<span style="background:#69f">shrank in B</span> widths are B's samples; A is scaled to B's
+total; hover a frame for both counts.</p>{% endif %}
+<div id="details" class="muted">&nbsp;</div>
+<svg id="flame" xmlns="http://www.w3.org/2000/svg" role="img"></svg>
+<script id="profile" type="application/json">{{ profile|safe }}</script>
+"""
+
+
+def _json_for_script(data: Any) -> str:
+    """JSON that can sit inside a <script> element: no `<`, `>` or `&` left to end it."""
+    text = json.dumps(data, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _hottest(run: Run) -> str:
+    hottest = run.meta.get("hottest")
+    if isinstance(hottest, list) and hottest and isinstance(hottest[0], list) and run.samples:
+        name, count = hottest[0][0], hottest[0][1]
+        if isinstance(name, str) and isinstance(count, int):
+            return f"{name} ({100 * count / run.samples:.0f} %)"
+    return ""
+
+
+def create_app(root: Path) -> Flask:
+    app = Flask(__name__, static_folder=str(Path(__file__).parent / "static"),
+                static_url_path="/static")
+    store = Store(root)
+
+    def page(title: str, body: str, *, subtitle: str = "", depth: int = 0, **extra: Any) -> str:
+        home = "../" * depth or "./"
+        inner = render_template_string(body, **extra)
+        return render_template_string(
+            _LAYOUT, title=title, subtitle=subtitle, body=inner, style=_STYLE, home=home,
+            script=f"{home}static/flamegraph.js", **({"profile": 1} if "profile" in extra else {}))
+
+    def find(run_id: str) -> Run:
+        try:
+            return store.get(run_id)
+        except StoreError as error:
+            abort(404, description=str(error))
+
+    def stacks_of(run: Run) -> dict[folded.Stack, int]:
+        try:
+            return run.stacks()
+        except StoreError as error:
+            abort(500, description=str(error))
+
+    @app.after_request
+    def headers(response: Response) -> Response:
+        response.headers["Content-Security-Policy"] = CSP
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        return response
+
+    @app.errorhandler(400)
+    @app.errorhandler(404)
+    @app.errorhandler(500)
+    def error(error: Any) -> tuple[str, int]:
+        code = getattr(error, "code", 500) or 500
+        text = getattr(error, "description", "") or "error"
+        body = "<p id='error'>{{ text }}</p><p><a href='{{ home }}'>all runs</a></p>"
+        return render_template_string(_LAYOUT, title=str(code), subtitle=str(code), style=_STYLE,
+                                      home="/", body=render_template_string(
+                                          body, text=text, home="/")), code
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/")
+    def index() -> str:
+        runs = store.runs()
+        groups: dict[tuple[str, str], list[Run]] = {}
+        for run in sorted(runs, key=lambda r: (r.namespace, r.pod)):
+            groups.setdefault((run.namespace, run.pod), []).append(run)
+        for members in groups.values():
+            members.sort(key=lambda r: (r.started, r.name), reverse=True)
+        return page("runs", _INDEX, groups=list(groups.items()), count=len(runs),
+                    root=str(root), hottest=_hottest)
+
+    @app.get("/api/runs")
+    def api_runs() -> Response:
+        data = [{"id": run.id, "namespace": run.namespace, "pod": run.pod,
+                 "technique": run.technique, "started": run.started.isoformat(),
+                 "samples": run.samples} for run in store.runs()]
+        return Response(json.dumps(data), mimetype="application/json")
+
+    @app.get("/runs/<namespace>/<pod>/<name>/")
+    def view(namespace: str, pod: str, name: str) -> str:
+        run = find(f"{namespace}/{pod}/{name}")
+        stacks = stacks_of(run)
+        duration = run.meta.get("duration")
+        description = (f"{run.technique}, started {run.started:%Y-%m-%d %H:%M:%S} UTC"
+                       + (f", {duration} s" if duration else "")
+                       + f", {folded.total(stacks)} samples")
+        downloads = [("folded", "stacks.folded"), ("speedscope", "profile.speedscope.json"),
+                     ("pprof", "profile.pb.gz")]
+        data = {"tree": folded.tree(stacks).to_json(), "differential": False,
+                "title": run.id}
+        return page(run.id, _GRAPH, subtitle=f"{namespace} / {pod} / {name}", depth=4,
+                    description=description, downloads=downloads, differential=False,
+                    profile=_json_for_script(data))
+
+    @app.get("/runs/<namespace>/<pod>/<name>/stacks.folded")
+    def download_folded(namespace: str, pod: str, name: str) -> Response:
+        run = find(f"{namespace}/{pod}/{name}")
+        return _download(run.folded_text().encode(), "text/plain; charset=utf-8",
+                         f"{pod}-{name}.folded")
+
+    @app.get("/runs/<namespace>/<pod>/<name>/profile.speedscope.json")
+    def download_speedscope(namespace: str, pod: str, name: str) -> Response:
+        run = find(f"{namespace}/{pod}/{name}")
+        return _download(formats.speedscope_json(stacks_of(run), run.id), "application/json",
+                         f"{pod}-{name}.speedscope.json")
+
+    @app.get("/runs/<namespace>/<pod>/<name>/profile.pb.gz")
+    def download_pprof(namespace: str, pod: str, name: str) -> Response:
+        run = find(f"{namespace}/{pod}/{name}")
+        frequency = run.meta.get("frequency")
+        period = int(1e9 / frequency) if isinstance(frequency, int) and frequency > 0 else 0
+        blob = formats.pprof(stacks_of(run), period_ns=period, comment=run.id,
+                             time_ns=int(run.started.timestamp() * 1e9))
+        return _download(blob, "application/octet-stream", f"{pod}-{name}.pb.gz")
+
+    def pair() -> tuple[Run, Run]:
+        a, b = request.args.get("a"), request.args.get("b")
+        if not a or not b:
+            abort(400, description="pick two runs: a (before) and b (after)")
+        return find(a), find(b)
+
+    @app.get("/diff")
+    def diff_view() -> str:
+        a, b = pair()
+        pairs = folded.diff(stacks_of(a), stacks_of(b))
+        data = {"tree": folded.diff_tree(pairs).to_json(differential=True),
+                "differential": True, "title": f"{a.id} -> {b.id}"}
+        query = f"a={a.id}&b={b.id}"
+        return page("differential", _GRAPH, subtitle="differential flame graph",
+                    description=f"A (before): {a.id} ({a.samples} samples); B (after): {b.id} "
+                    f"({b.samples} samples)", downloads=[("differential folded",
+                                                          f"diff.folded?{query}")],
+                    differential=True, profile=_json_for_script(data))
+
+    @app.get("/diff.folded")
+    def diff_download() -> Response:
+        a, b = pair()
+        text = folded.format_diff(folded.diff(stacks_of(a), stacks_of(b)))
+        return _download(text.encode(), "text/plain; charset=utf-8", "diff.folded")
+
+    return app
+
+
+def _download(content: bytes, mimetype: str, filename: str) -> Response:
+    response = Response(content, mimetype=mimetype)
+    safe = "".join(ch if ch.isalnum() or ch in "-._" else "_" for ch in filename)
+    response.headers["Content-Disposition"] = f'attachment; filename="{safe}"'
+    return response
