@@ -10,6 +10,7 @@ from webhook import __version__
 from webhook.commands import certs as certs_cli
 from webhook.commands import errors
 from webhook.commands import policy as policy_cli
+from webhook.commands import results as results_cli
 from webhook.commands import sessions as session_cli
 
 
@@ -23,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     from webhook.commands import inject as inject_cli
     from webhook.commands import serve as serve_cli
 
-    for module in (serve_cli, inject_cli, certs_cli, policy_cli, session_cli):
+    for module in (serve_cli, inject_cli, certs_cli, policy_cli, session_cli, results_cli):
         module.register(subparsers)
     return parser
 
