@@ -36,7 +36,14 @@ from webhook.kube.access import (
 )
 from webhook.policy.api import PolicyRequest, PolicyResult
 from webhook.policy.loader import RELOAD_CHECK_SECONDS, PolicyStore
-from webhook.policy.model import Policy, Rule, RuleSettings, format_duration
+from webhook.policy.model import (
+    BUILTIN_NON_GRANTING,
+    Identities,
+    Policy,
+    Rule,
+    RuleSettings,
+    format_duration,
+)
 from webhook.policy.privilege import pod_security_violations
 
 log = logging.getLogger(__name__)
@@ -51,29 +58,11 @@ NAMESPACE_FAILURE_CACHE_SECONDS = 2.0
 
 
 
-# Identities that create pods on someone else's behalf. A grant to them would hand privileged
-# sidecars to everyone who can create a Deployment, so they never grant: the pod's service
-# account is what a platform team binds.
-_CONTROLLER_USERS = frozenset(
-    {
-        "system:kube-controller-manager",
-        "system:kube-scheduler",
-        "system:apiserver",
-        "system:kube-proxy",
-    }
-)
-
-
-_CONTROLLER_PREFIXES = ("system:serviceaccount:kube-system:", "system:node:")
-
-
-_CONTROLLER_GROUPS = frozenset({"system:nodes"})
-
-
 Reason = Literal[
     "unprivileged",
     "granted-serviceaccount",
     "granted-user",
+    "granted-both",
     "not-allowed-by-policy",
     "no-rbac-grant",
     "rbac-check-failed",
@@ -84,15 +73,12 @@ Reason = Literal[
 ]
 
 
-def is_controller_identity(user: Mapping[str, Any]) -> bool:
-    """True for kube-system service accounts, nodes and the control plane's own users."""
-    name = str(user.get("username", ""))
-    groups = set(user.get("groups") or ())
-    return (
-        name in _CONTROLLER_USERS
-        or name.startswith(_CONTROLLER_PREFIXES)
-        or bool(groups & _CONTROLLER_GROUPS)
-    )
+def is_controller_identity(
+    user: Mapping[str, Any], identities: Identities = BUILTIN_NON_GRANTING
+) -> bool:
+    """True for an identity that never grants: by default kube-system service accounts, nodes
+    and the control plane's own users (a policy's nonGrantingIdentities replace the list)."""
+    return identities.match(user) is not None
 
 
 @dataclass
@@ -264,8 +250,12 @@ class PolicyGate:
     def _match(
         self, policy: Policy, namespace: str, service_account: str, trace: list[str]
     ) -> tuple[Rule | None, bool]:
-        """The first matching rule, and whether a selector rule could not be evaluated."""
-        uncertain = False
+        """The first matching rule, and whether it is only a rule that could not be decided.
+
+        A namespaceSelector rule whose namespace cannot be read ends the search: a later rule
+        may be looser (a catch-all allowing every profile), so falling through to it would let
+        an unreachable API widen what a pod gets. The undecided rule applies, and nothing that
+        needs a grant is given under it (reason namespace-lookup-failed)."""
         for rule in policy.rules:
             if rule.namespaces and not any(
                 fnmatch.fnmatchcase(namespace, g) for g in rule.namespaces
@@ -279,21 +269,21 @@ class PolicyGate:
                 try:
                     labels = self.namespace_labels(namespace)
                 except ClusterAPIError as exc:
-                    uncertain = True
                     trace.append(
                         f"rule {rule.name!r} ({rule.where}): namespace labels unknown "
-                        f"({exc}); privileged profiles refused"
+                        f"({exc}); this rule is applied as if it matched (no later rule is "
+                        "tried) and profiles that need a grant are refused"
                     )
-                    continue
+                    return rule, True
                 if not rule.namespace_selector.matches(labels):
                     continue
             trace.append(
                 f"rule {rule.name!r} ({rule.where}) matches namespace {namespace!r}, "
                 f"service account {service_account!r}"
             )
-            return rule, uncertain
+            return rule, False
         trace.append(f"no rule matches; the defaults ({policy.defaults_where}) apply")
-        return None, uncertain
+        return None, False
 
     def _decide(
         self,
@@ -331,7 +321,15 @@ class PolicyGate:
         refusal: _Refusal | None = None
         grant = "unprivileged"
         reason: Reason = "unprivileged"
-        if not rule.allows_profile(profile.name):
+        if uncertain and profile.requires_grant:
+            # The rule that could not be decided applies (its mode, its defaultProfile), and
+            # nothing that needs a grant is given while it is undecided.
+            refusal = _Refusal(
+                "namespace-lookup-failed",
+                f"profile {profile.name!r} needs an RBAC grant and namespace "
+                f"{request.namespace!r} could not be read to match the policy",
+            )
+        elif not rule.allows_profile(profile.name):
             refusal = _Refusal(
                 "not-allowed-by-policy",
                 f"profile {profile.name!r} is not allowed by {label} "
@@ -339,14 +337,8 @@ class PolicyGate:
             )
         elif not profile.requires_grant:
             trace.append(f"profile {profile.name!r} needs no grant")
-        elif uncertain:
-            refusal = _Refusal(
-                "namespace-lookup-failed",
-                f"profile {profile.name!r} needs an RBAC grant and the namespace "
-                "could not be read to match the policy",
-            )
         else:
-            outcome = self._check_grant(request, profile, trace, calls)
+            outcome = self._check_grant(request, profile, rule, trace, calls)
             if isinstance(outcome, _Refusal):
                 refusal = outcome
             else:
@@ -390,37 +382,85 @@ class PolicyGate:
         )
 
     def _check_grant(
-        self, request: PolicyRequest, profile: Profile, trace: list[str], calls: list[int]
+        self,
+        request: PolicyRequest,
+        profile: Profile,
+        rule: RuleSettings,
+        trace: list[str],
+        calls: list[int],
     ) -> tuple[Reason, str] | _Refusal:
-        """At most two SubjectAccessReviews: the pod's service account, then the user."""
+        """At most two SubjectAccessReviews: the pod's service account and/or the requesting
+        user, as the rule's grantSubject says (either, serviceAccount, user, both)."""
         if request.ephemeral_container is not None:
-            return self._check_requester_grant(request, profile, trace, calls)
-        namespace, sa = request.namespace, request.service_account
-        sa_check = service_account_check(namespace, sa, profile.name)
-        sa_verdict = self._access(sa_check, trace, calls)
-        if sa_verdict is True:
-            return "granted-serviceaccount", f"serviceaccount:{namespace}:{sa}"
-        errors = [sa_verdict] if isinstance(sa_verdict, str) else []
+            return self._check_requester_grant(request, profile, rule, trace, calls)
+        namespace, sa, subject = request.namespace, request.service_account, rule.grant_subject
         user = request.user
         username = str(user.get("username", ""))
-        controller = is_controller_identity(user)
-        if controller:
-            trace.append(f"requester {username!r} is a controller identity: it never grants")
-        elif username and username != sa_check.user:
-            user_verdict = self._access(user_check(user, namespace, profile.name), trace, calls)
-            if user_verdict is True:
+        sa_check = service_account_check(namespace, sa, profile.name)
+        sa_name = f"service account {namespace}:{sa}"
+        errors: list[str] = []
+        sa_verdict: bool | str | None = None  # None: not asked
+        if subject != "user":
+            sa_verdict = self._access(sa_check, trace, calls)
+            if sa_verdict is True and subject in ("either", "serviceAccount"):
+                return "granted-serviceaccount", f"serviceaccount:{namespace}:{sa}"
+            if isinstance(sa_verdict, str):
+                errors.append(sa_verdict)
+        user_verdict: bool | str | None = None
+        never = rule.non_granting.match(user) if username else "anonymous"
+        if subject != "serviceAccount":
+            if never is not None:
+                trace.append(
+                    f"requester {username!r} never grants ({never} in nonGrantingIdentities)"
+                    if username
+                    else "the request names no user: it never grants"
+                )
+            elif username == sa_check.user and sa_verdict is not None:
+                user_verdict = sa_verdict  # the same subject: asked once
+            else:
+                user_verdict = self._access(
+                    user_check(user, namespace, profile.name), trace, calls
+                )
+                if isinstance(user_verdict, str):
+                    errors.append(user_verdict)
+            if user_verdict is True and subject in ("either", "user"):
                 return "granted-user", f"user:{username}"
-            if isinstance(user_verdict, str):
-                errors.append(user_verdict)
+            if user_verdict is True and sa_verdict is True:  # both
+                return "granted-both", f"serviceaccount:{namespace}:{sa},user:{username}"
         needs = "; ".join(profile.privilege_reasons)
-        who = f"service account {namespace}:{sa} may not"
-        if username and not controller and username != sa_check.user:
-            who = f"neither service account {namespace}:{sa} nor user {username!r} may"
-        hint = (
-            f"kubectl create rolebinding sidecar-debug-{profile.name}-{sa} "
-            f"--clusterrole={self.role_prefix}{profile.name} --serviceaccount={namespace}:{sa} "
-            f"-n {namespace}"
+        what = (
+            f"'use' debugprofiles.{constants.RBAC_GROUP} {profile.name!r} in namespace "
+            f"{namespace!r}"
         )
+        sa_hint = self._binding_hint(profile.name, namespace, f"{namespace}:{sa}", sa)
+        user_hint = (
+            self._binding_hint(profile.name, namespace, username)
+            if username and never is None
+            else ""
+        )
+        if subject == "either":
+            who = f"{sa_name} may not"
+            if user_verdict is not None and username != sa_check.user:
+                who = f"neither {sa_name} nor user {username!r} may"
+            hint = sa_hint
+        elif subject == "serviceAccount":
+            who, hint = f"{sa_name} may not", sa_hint
+        elif subject == "user":
+            who, hint = f"user {username or '(none)'!r} may not", user_hint
+        else:
+            lacking = [
+                name
+                for name, verdict in ((sa_name, sa_verdict), (f"user {username!r}", user_verdict))
+                if verdict is not True
+            ]
+            who = f"both {sa_name} and user {username!r} must hold the grant; " + (
+                " and ".join(lacking) + " may not"
+            )
+            hint = " and ".join(
+                h
+                for h, verdict in ((sa_hint, sa_verdict), (user_hint, user_verdict))
+                if h and verdict is not True
+            )
         if errors:
             return _Refusal(
                 "rbac-check-failed",
@@ -428,23 +468,47 @@ class PolicyGate:
                 f"SubjectAccessReview failed ({errors[0]}); no grant assumed",
                 hint,
             )
-        detail = (
-            f"profile {profile.name!r} needs an RBAC grant ({needs}): {who} "
-            f"'use' debugprofiles.{constants.RBAC_GROUP} {profile.name!r} in namespace "
-            f"{namespace!r}"
-        )
-        if controller:
+        detail = f"profile {profile.name!r} needs an RBAC grant ({needs}): {who} {what}"
+        if subject != "either":
+            detail += f" (grantSubject {subject})"
+        if never is not None and subject != "serviceAccount" and username:
             detail += (
                 f" (the pod was created by {username}, which never grants: "
-                "bind the pod's service account)"
+                + (
+                    "bind the pod's service account)"
+                    if subject == "either"
+                    else "with this grantSubject such pods get no privileged profile)"
+                )
             )
         return _Refusal("no-rbac-grant", detail, hint)
 
+    def _binding_hint(
+        self, profile: str, namespace: str, subject: str, sa: str | None = None
+    ) -> str:
+        """The `kubectl create rolebinding` that grants `profile` to a service account
+        (`sa` given: subject is NS:SA) or to a user (a service account's username included)."""
+        prefix = "system:serviceaccount:"
+        if sa is not None:
+            flag, suffix = f"--serviceaccount={subject}", sa
+        elif subject.startswith(prefix) and subject.count(":") == 3:
+            flag, suffix = f"--serviceaccount={subject.removeprefix(prefix)}", _dns_safe(subject)
+        else:
+            flag, suffix = f"--user={subject}", _dns_safe(subject)
+        return (
+            f"kubectl create rolebinding sidecar-debug-{profile}-{suffix} "
+            f"--clusterrole={self.role_prefix}{profile} {flag} -n {namespace}"
+        )
+
     def _check_requester_grant(
-        self, request: PolicyRequest, profile: Profile, trace: list[str], calls: list[int]
+        self,
+        request: PolicyRequest,
+        profile: Profile,
+        rule: RuleSettings,
+        trace: list[str],
+        calls: list[int],
     ) -> tuple[Reason, str] | _Refusal:
         """One SubjectAccessReview, for the requester only: whoever adds an ephemeral container
-        to a running pod must hold the grant themselves."""
+        to a running pod must hold the grant themselves (whatever the rule's grantSubject)."""
         namespace, user = request.namespace, request.user
         username = str(user.get("username", ""))
         needs = "; ".join(profile.privilege_reasons)
@@ -452,24 +516,16 @@ class PolicyGate:
             f"profile {profile.name!r} needs an RBAC grant ({needs}) held by whoever adds the "
             f"ephemeral container {request.ephemeral_container!r}"
         )
-        if not username or is_controller_identity(user):
-            trace.append(f"requester {username!r} is a controller identity: it never grants")
+        never = rule.non_granting.match(user) if username else "anonymous"
+        if never is not None:
+            trace.append(f"requester {username!r} never grants ({never})")
             return _Refusal(
                 "no-rbac-grant", f"{what}; {username or 'an anonymous requester'} never grants"
             )
         verdict = self._access(user_check(user, namespace, profile.name), trace, calls)
         if verdict is True:
             return "granted-user", f"user:{username}"
-        prefix = "system:serviceaccount:"
-        subject = (
-            f"--serviceaccount={username.removeprefix(prefix)}"
-            if username.startswith(prefix) and username.count(":") == 3
-            else f"--user={username}"
-        )
-        hint = (
-            f"kubectl create rolebinding sidecar-debug-{profile.name}-{_dns_safe(username)} "
-            f"--clusterrole={self.role_prefix}{profile.name} {subject} -n {namespace}"
-        )
+        hint = self._binding_hint(profile.name, namespace, username)
         if isinstance(verdict, str):
             return _Refusal(
                 "rbac-check-failed",
@@ -657,6 +713,7 @@ _GRANT_TEXT: dict[str, str] = {
     "unprivileged": "needs no grant",
     "granted-serviceaccount": "granted to the pod's service account",
     "granted-user": "granted to the requesting user",
+    "granted-both": "granted to both the pod's service account and the requesting user",
 }
 
 

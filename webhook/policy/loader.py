@@ -20,7 +20,14 @@ import jsonschema
 import yaml
 
 from webhook.config import Profile, SettingsError
-from webhook.policy.model import LabelSelector, Policy, Rule, RuleSettings, parse_duration
+from webhook.policy.model import (
+    Identities,
+    LabelSelector,
+    Policy,
+    Rule,
+    RuleSettings,
+    parse_duration,
+)
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +222,20 @@ _SETTINGS_KEYS = (
     "allowedImages",
     "maxSessionDuration",
     "onExpiry",
+    "grantSubject",
+    "nonGrantingIdentities",
 )
+
+
+def _identities(base: Identities, raw: Mapping[str, Any] | None) -> Identities:
+    """nonGrantingIdentities: `users` and `groups` each replace the inherited list (the built-in
+    one at the top), so a policy can also take an entry out."""
+    if raw is None:
+        return base
+    return Identities(
+        users=tuple(raw["users"]) if "users" in raw else base.users,
+        groups=tuple(raw["groups"]) if "groups" in raw else base.groups,
+    )
 
 
 def _overlay(base: RuleSettings, raw: Mapping[str, Any]) -> RuleSettings:
@@ -232,6 +252,8 @@ def _overlay(base: RuleSettings, raw: Mapping[str, Any]) -> RuleSettings:
         if "maxSessionDuration" in raw
         else base.max_session,
         on_expiry=raw.get("onExpiry", base.on_expiry),
+        grant_subject=raw.get("grantSubject", base.grant_subject),
+        non_granting=_identities(base.non_granting, raw.get("nonGrantingIdentities")),
     )
 
 

@@ -7,6 +7,7 @@ import fnmatch
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, Final, Literal
 
 from webhook import constants
 from webhook.policy.api import Mode
@@ -15,6 +16,53 @@ _DURATION = re.compile(r"([0-9]+)([dhms])")
 
 
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+# Who must hold the RBAC grant for a profile that needs one (setting grantSubject):
+# either: the pod's service account or the requesting user (today's default, the
+#   PodSecurityPolicy model); serviceAccount: only the pod's service account; user: only the
+#   requesting user (pods made by controllers never get privilege); both: the two together.
+GrantSubject = Literal["either", "serviceAccount", "user", "both"]
+GRANT_SUBJECTS: Final[tuple[GrantSubject, ...]] = ("either", "serviceAccount", "user", "both")
+DEFAULT_GRANT_SUBJECT: Final[GrantSubject] = "either"
+
+
+@dataclass(frozen=True)
+class Identities:
+    """Requesters that never grant (setting nonGrantingIdentities): usernames and groups as globs
+    (`*`, `?`, `[...]`). They create pods on someone else's behalf; if their grant counted,
+    everyone who may create a Deployment (or a Workflow) would get privileged sidecars."""
+
+    users: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+
+    def match(self, user: Mapping[str, Any]) -> str | None:
+        """The entry that `user` matches (`user <glob>` / `group <glob>`), or None."""
+        name = user.get("username")
+        name = name if isinstance(name, str) else ""
+        for pattern in self.users:
+            if fnmatch.fnmatchcase(name, pattern):
+                return f"user {pattern}"
+        raw = user.get("groups")
+        groups = [g for g in raw if isinstance(g, str)] if isinstance(raw, list) else []
+        for pattern in self.groups:
+            if any(fnmatch.fnmatchcase(group, pattern) for group in groups):
+                return f"group {pattern}"
+        return None
+
+
+# The control plane's own identities, kube-system's controllers (replicaset-controller,
+# job-controller, ...) and nodes: the built-in nonGrantingIdentities.
+BUILTIN_NON_GRANTING: Final = Identities(
+    users=(
+        "system:kube-controller-manager",
+        "system:kube-scheduler",
+        "system:apiserver",
+        "system:kube-proxy",
+        "system:serviceaccount:kube-system:*",
+        "system:node:*",
+    ),
+    groups=("system:nodes",),
+)
 
 
 def parse_duration(text: str) -> dt.timedelta:
@@ -73,6 +121,9 @@ class RuleSettings:
     max_session: dt.timedelta | None = None
     # What `sidecar-debug controller` does with a session past max_session (report, evict, stop).
     on_expiry: str = constants.ON_EXPIRY_REPORT
+    # Who must hold the grant for a profile that needs one, and who never grants.
+    grant_subject: GrantSubject = DEFAULT_GRANT_SUBJECT
+    non_granting: Identities = BUILTIN_NON_GRANTING
 
     def allows_profile(self, name: str) -> bool:
         return "*" in self.allowed_profiles or name in self.allowed_profiles
