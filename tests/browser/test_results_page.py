@@ -1,0 +1,104 @@
+"""The results page in headless chromium (DevTools protocol): it loads, lists the runs, a run's
+flame graph renders as SVG, search highlights the matching function, a click zooms, and the
+differential graph renders too. Skipped when chromium is not installed."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from werkzeug.serving import make_server
+
+from tests.browser.cdp import Browser, chromium_path
+from webhook.results import folded
+from webhook.results.store import Store
+from webhook.results.web import create_app
+
+pytestmark = pytest.mark.skipif(chromium_path() is None,
+                                reason="chromium is not installed (scripts/setup.sh)")
+T0 = datetime(2026, 12, 3, 7, 0, 0, tzinfo=UTC)
+BEFORE = "node;main;handle;fibonacci 70\nnode;main;handle;render 20\nnode;gc 10\n"
+AFTER = "node;main;handle;fibonacci 20\nnode;main;handle;render 30\nnode;main;json 50\n"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("results")
+    store = Store(root)
+    store.save("shop", "web-1", "perf", folded.parse(BEFORE), started=T0, meta={"duration": 30})
+    store.save("shop", "web-1", "perf", folded.parse(AFTER), started=T0 + timedelta(hours=1),
+               meta={"duration": 30})
+    store.save("batch", "job-x", "bpftrace-profile", folded.parse(BEFORE), started=T0)
+    server = make_server("127.0.0.1", 0, create_app(root), threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with Browser() as chromium:
+        yield chromium
+
+
+def test_index_lists_the_runs(site: str, browser: Browser) -> None:
+    browser.open(site + "/")
+    assert browser.evaluate("document.title") == "runs - sidecar-debug results"
+    rows = browser.evaluate("[...document.querySelectorAll('tr.run')].map(r => r.dataset.run)")
+    assert rows == ["batch/job-x/20261203T070000Z-bpftrace-profile",
+                    "shop/web-1/20261203T080000Z-perf", "shop/web-1/20261203T070000Z-perf"]
+
+
+def test_flame_graph_renders_searches_and_zooms(site: str, browser: Browser) -> None:
+    browser.open(site + "/")
+    browser.evaluate("document.querySelectorAll('tr.run a.view')[2].click()")
+    browser.wait_event("Page.loadEventFired")
+    assert browser.evaluate("location.pathname") == "/runs/shop/web-1/20261203T070000Z-perf/"
+    assert browser.evaluate("document.querySelectorAll('#flame rect').length") == 7
+    labels = browser.evaluate("[...document.querySelectorAll('#flame text')]"
+                              ".map(t => t.textContent)")
+    assert "fibonacci" in labels
+    widths = browser.evaluate(
+        "Object.fromEntries([...document.querySelectorAll('#flame g')].map("
+        "g => [g.querySelector('title').textContent.split(':')[0],"
+        " +g.querySelector('rect').getAttribute('width')]))")
+    assert widths["fibonacci"] == pytest.approx(0.7 * widths["all"], rel=0.01)
+
+    browser.evaluate("const s = document.getElementById('search'); s.value = 'fibo';"
+                     "s.dispatchEvent(new Event('input'))")
+    highlighted = browser.evaluate("[...document.querySelectorAll('#flame g.match')]"
+                                   ".map(g => g.querySelector('title').textContent)")
+    assert highlighted == ["fibonacci: 70 samples (70.00 %)"]
+    assert browser.evaluate("getComputedStyle(document.querySelector('#flame g.match rect'))"
+                            ".fill") == "rgb(224, 64, 251)"
+    assert browser.evaluate("document.getElementById('matched').textContent") == (
+        "matched: 70.00 % of samples")
+
+    browser.evaluate("[...document.querySelectorAll('#flame g')].find(g => "
+                     "g.querySelector('title').textContent.startsWith('render'))"
+                     ".dispatchEvent(new MouseEvent('click', {bubbles: true}))")
+    assert browser.evaluate("document.getElementById('flame').dataset.focus") == "render"
+    zoomed = browser.evaluate("+[...document.querySelectorAll('#flame g')].find(g => "
+                              "g.querySelector('title').textContent.startsWith('render'))"
+                              ".querySelector('rect').getAttribute('width')")
+    assert zoomed == pytest.approx(widths["all"], rel=0.01)
+    assert browser.console_errors() == []
+
+
+def test_differential_graph_renders(site: str, browser: Browser) -> None:
+    browser.open(site + "/")
+    browser.evaluate("document.querySelector('input[name=a][value$=\"070000Z-perf\"]').click();"
+                     "document.querySelector('input[name=b][value$=\"080000Z-perf\"]').click();"
+                     "document.getElementById('compare').click()")
+    browser.wait_event("Page.loadEventFired")
+    assert browser.evaluate("location.pathname") == "/diff"
+    fills = browser.evaluate(
+        "Object.fromEntries([...document.querySelectorAll('#flame g')].map("
+        "g => [g.querySelector('title').textContent.split(':')[0],"
+        " g.querySelector('rect').getAttribute('fill')]))")
+    assert fills["json"].startswith("rgb(255,")  # new in B: red
+    assert fills["fibonacci"].endswith(",255)")  # shrank: blue
+    assert browser.console_errors() == []
