@@ -105,3 +105,13 @@ SETTINGS_KEY: Final = "config.yaml"
 PROFILES_KEY: Final = "profiles.yaml"
 DEFAULT_SETTINGS_CONFIGMAP: Final = f"{PRODUCT}/{PRODUCT}-config"  # the default chart install
 ENV_SETTINGS_CONFIGMAP: Final = "SIDECAR_DEBUG_SETTINGS_CONFIGMAP"  # NAMESPACE/NAME
+
+# Scheduled profiling (webhook.schedules): an annotation on a namespace or a pod, JSON or YAML
+# (cron, duration, technique, selector, maxPods); the controller runs it and keeps the results.
+ANNOTATION_SCHEDULE: Final = f"{DOMAIN}/schedule"
+TECHNIQUE_PERF: Final = "perf"  # toolset/bin/flamegraph (perf record -g)
+TECHNIQUE_BPFTRACE_PROFILE: Final = "bpftrace-profile"  # bpftrace profile:hz, the pod's PID ns
+SCHEDULE_TECHNIQUES: Final = (TECHNIQUE_PERF, TECHNIQUE_BPFTRACE_PROFILE)
+# Retention of the stored results, read by the controller's schedules pass (chart: results.*).
+ENV_RESULTS_KEEP: Final = "SIDECAR_DEBUG_RESULTS_KEEP"  # runs kept per pod
+ENV_RESULTS_MAX_AGE: Final = "SIDECAR_DEBUG_RESULTS_MAX_AGE"  # e.g. 30d
