@@ -8,7 +8,7 @@ import sys
 import tempfile
 
 from webhook import constants
-from webhook.config import SettingsError, load_settings
+from webhook.config import load_settings
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,22 +37,10 @@ def serve(args: argparse.Namespace) -> int:
         "workers": args.workers,
         "policy_path": args.policy_path,
     }
-    try:
-        settings = load_settings(args.config, overrides=overrides)
-        # Load the policy now: a broken policy file must stop start-up with its file and line,
-        # not surface as a crash in every worker.
-        from webhook.server.app import load_policy
+    settings = load_settings(args.config, overrides=overrides)
+    from webhook.server.app import serving_files
 
-        load_policy(settings)
-        from webhook.certs import pki, rotation
-
-        cert_file, key_file = rotation.prepare_serving_files(settings)
-    except SettingsError as exc:
-        print(f"sidecar-debug: invalid settings: {exc}", file=sys.stderr)
-        return 2
-    except pki.CertificateError as exc:
-        print(f"sidecar-debug: certificates: {exc}", file=sys.stderr)
-        return 2
+    cert_file, key_file = serving_files(settings)  # errors: webhook.commands.errors
     env = dict(os.environ)
     if args.config:
         env[constants.ENV_PREFIX + "CONFIG"] = os.path.abspath(args.config)

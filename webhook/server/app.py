@@ -50,6 +50,51 @@ def serving_files_readiness(settings: Settings) -> Callable[[], str | None]:
     return readiness
 
 
+def serving_files(settings: Settings) -> tuple[str, str]:
+    """What `sidecar-debug serve` checks before gunicorn starts, so that a broken policy or an
+    unusable certificate stops start-up with one line naming the file (the command's error
+    table) rather than a traceback from gunicorn or every worker. Returns the certificate and
+    key files to serve (`self` mode: written from the Secret)."""
+    import ssl
+
+    from webhook.certs import rotation, tls
+    from webhook.certs.pki import CertificateError
+
+    load_policy(settings)
+    cert_file, key_file = rotation.prepare_serving_files(settings)
+    for setting, path in (("tlsCertFile", cert_file), ("tlsKeyFile", key_file)):
+        if not os.path.isfile(path) or not os.access(path, os.R_OK):
+            problem = "cannot be read" if os.path.exists(path) else "does not exist"
+            raise CertificateError(
+                f"{setting} {path} {problem}; mount the serving certificate Secret there, "
+                "or set certificatesMode self to let the webhook make one"
+            )
+    try:
+        tls.server_context(cert_file, key_file)
+    except (ssl.SSLError, ValueError) as exc:
+        raise CertificateError(_unusable_pair(cert_file, key_file, exc)) from exc
+    return cert_file, key_file
+
+
+def _unusable_pair(cert_file: str, key_file: str, error: Exception) -> str:
+    """Which of the two files TLS refused, and why."""
+    from pathlib import Path
+
+    from webhook.certs import pki
+
+    try:
+        cert = pki.load_certificates(Path(cert_file).read_bytes())[0]
+    except pki.CertificateError as exc:
+        return f"tlsCertFile {cert_file}: {exc}"
+    try:
+        key = pki.load_private_key(Path(key_file).read_bytes())
+    except pki.CertificateError as exc:
+        return f"tlsKeyFile {key_file}: {exc}"
+    if not pki.key_matches(cert, key):
+        return f"tlsKeyFile {key_file} is not the key of tlsCertFile {cert_file}"
+    return f"{cert_file}, {key_file}: {getattr(error, 'reason', None) or error}"
+
+
 def create_app(
     settings: Settings | None = None,
     policy: PolicyEngine | None = None,

@@ -3,7 +3,9 @@ can fix; a bug still shows its traceback."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,3 +48,109 @@ def test_the_table_matches_along_the_class_hierarchy(capsys: pytest.CaptureFixtu
 
 def test_a_bug_is_not_hidden() -> None:
     assert errors.handle(KeyError("oops")) is None
+
+
+# --- every command, given what a user gets wrong, answers in one line -------------------------
+
+MISSING = "/nonexistent/input.yaml"
+# (command path, arguments after it, exit code, text the message must contain); `{tmp}` is a
+# fresh directory, `{kubeconfig}` the unusable kubeconfig that $KUBECONFIG names. A command
+# added to the CLI without a case here fails test_every_command_has_a_bad_input_case.
+BAD_INPUT: list[Any] = [
+    ("serve", ["--config", MISSING], 2, MISSING),
+    ("serve", ["--tls-cert-file", MISSING, "--tls-key-file", MISSING], 1,
+     f"tlsCertFile {MISSING} does not exist"),
+    ("serve", ["--tls-cert-file", "{tmp}/garbage", "--tls-key-file", "{tmp}/garbage"], 1,
+     "tlsCertFile {tmp}/garbage: not a PEM certificate"),
+    ("inject", ["-f", MISSING], 1, MISSING),
+    ("certs generate", ["--service", "s", "--namespace", "n", "--out", "{tmp}/garbage/out"], 1,
+     "{tmp}/garbage"),
+    ("certs inspect", [MISSING], 1, MISSING),
+    ("certs verify", ["--ca", MISSING, "--cert", MISSING], 1, MISSING),
+    ("certs ensure", ["--namespace", "tools"], 2, "{kubeconfig}"),
+    ("certs rotate", ["--force", "--namespace", "tools"], 2, "{kubeconfig}"),
+    ("policy check", [MISSING], 1, MISSING),
+    ("policy explain", ["--namespace", "x", "--policy", MISSING], 1, MISSING),
+    ("policy explain", ["--namespace", "x", "--config", MISSING], 2, MISSING),
+    ("policy schema", ["--bogus-flag"], 2, "unrecognized arguments"),
+    ("flamegraph", ["pod"], 2, "{kubeconfig}"),
+    ("trace", ["pod"], 2, "{kubeconfig}"),
+    ("doctor", ["pod"], 2, "{kubeconfig}"),
+    ("attach", ["pod"], 2, "{kubeconfig}"),
+    ("sessions", [], 2, "{kubeconfig}"),
+    ("controller", ["--policy", MISSING], 2, MISSING),
+    ("controller", [], 2, "{kubeconfig}"),
+    ("results serve", ["--dir", MISSING], 2, f"{MISSING} is not a directory"),
+    pytest.param("results list", ["--dir", MISSING], 2, f"{MISSING} is not a directory",
+                 marks=pytest.mark.xfail(strict=True, reason="a missing --dir lists nothing, "
+                                         "exit 0 (webhook/commands/results.py): remove this "
+                                         "marker when it says so")),
+    pytest.param("results prune", ["--dir", MISSING, "--keep", "1"], 2,
+                 f"{MISSING} is not a directory",
+                 marks=pytest.mark.xfail(strict=True, reason="a missing --dir prunes nothing, "
+                                         "exit 0 (webhook/commands/results.py): remove this "
+                                         "marker when it says so")),
+]
+
+
+def _leaf_commands() -> set[str]:
+    """Every runnable command path of the CLI ("serve", "certs ensure", ...), from its parser."""
+    from webhook.commands.cli import build_parser
+
+    def walk(parser: argparse.ArgumentParser, prefix: str) -> set[str]:
+        actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not actions:
+            return {prefix}
+        return {path for name, sub in actions[0].choices.items()
+                for path in walk(sub, f"{prefix} {name}".strip())}
+
+    return walk(build_parser(), "")
+
+
+def _case(case: Any) -> tuple[str, list[str], int, str]:
+    values = case.values if hasattr(case, "values") else case  # pytest.param or a tuple
+    return values[0], values[1], values[2], values[3]
+
+
+def test_every_command_has_a_bad_input_case() -> None:
+    assert _leaf_commands() == {_case(case)[0] for case in BAD_INPUT}
+
+
+@pytest.fixture
+def unusable_kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config to fall back on
+    return kubeconfig
+
+
+@pytest.mark.parametrize(("command", "arguments", "code", "text"), BAD_INPUT,
+                         ids=[f"{_case(c)[0]} {' '.join(_case(c)[1])}" for c in BAD_INPUT])
+def test_bad_input_is_one_line_without_a_traceback(
+    command: str, arguments: list[str], code: int, text: str, tmp_path: Path,
+    unusable_kubeconfig: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import os
+
+    def no_exec(*args: object) -> None:
+        raise AssertionError(f"{command} started a server: {args}")
+
+    monkeypatch.setattr(os, "execve", no_exec)
+    (tmp_path / "garbage").write_text("not a certificate\n")
+    values = {"tmp": str(tmp_path), "kubeconfig": str(unusable_kubeconfig)}
+    argv = [*command.split(), *(a.format(**values) for a in arguments)]
+    try:
+        got = main(argv)
+    except SystemExit as exit_:  # argparse's own usage errors
+        got = exit_.code  # type: ignore[assignment]
+    err = capsys.readouterr().err
+    assert got == code, err
+    assert "Traceback" not in err
+    assert text.format(**values) in err
+    lines = err.splitlines()
+    if code != 2 or "usage:" not in err:  # argparse prints its usage before the error line
+        assert len(lines) == 1, err
+    assert lines[-1].startswith(("sidecar-debug", MISSING)), err
