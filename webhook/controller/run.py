@@ -1,0 +1,133 @@
+"""`sidecar-debug controller`: leader election in one thread, the work in another.
+
+While this replica is the leader, every `interval` seconds it runs (1) the expiry pass
+(webhook.controller.expiry) and (2), when a results directory is given, the schedules:
+`webhook.schedules.runner.tick(api, now, results_dir)`, imported when first needed, where `api`
+is the kubernetes.client.ApiClient that webhook.kube.client.api_client() returned for this
+process (the controller's ServiceAccount in the chart, the kubeconfig on a workstation), `now`
+an aware UTC datetime.datetime and `results_dir` a pathlib.Path. An exception from either step
+is logged on one line and the next interval runs as usual.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from webhook.controller import metrics
+from webhook.controller.expiry import ExpiryPass, RuleSource
+from webhook.controller.kubeapi import ApiError, ClientApi
+from webhook.controller.lease import LeaderElector, Timing
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Options:
+    identity: str
+    lease_namespace: str
+    lease_name: str
+    timing: Timing
+    interval: float = 30.0
+    results_dir: Path | None = None
+    metrics_address: str = "0.0.0.0"  # noqa: S104 - probes and scrapes come from the node
+    metrics_port: int = 9090
+    sidecar_name: str = "debug-toolset"
+
+
+class StartError(RuntimeError):
+    """The controller cannot start (the metrics port is taken, ...); the message says why."""
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(f"{type(error).__name__}: {error}".split())[:500]
+
+
+class Controller:
+    def __init__(self, api_client: Any, elector_client: Any, rules: RuleSource,
+                 options: Options) -> None:
+        self.api_client = api_client
+        self.options = options
+        self.stop = threading.Event()
+        self.wake = threading.Event()
+        self.elector = LeaderElector(ClientApi(elector_client), options.lease_namespace,
+                                     options.lease_name, options.identity, options.timing,
+                                     on_change=self._leadership_changed)
+        self.expiry = ExpiryPass(ClientApi(api_client), rules, identity=options.identity,
+                                 sidecar_name=options.sidecar_name,
+                                 may_act=lambda: self.elector.is_leader)
+        self._tick: Callable[..., Any] | None = None
+
+    def _leadership_changed(self, leader: bool) -> None:
+        self.wake.set()
+
+    def healthy(self) -> bool:
+        """The election loop ran recently (it blocks at most a call timeout per step)."""
+        timing = self.options.timing
+        limit = timing.retry_period + 3 * self.elector.call_timeout + 5
+        return time.monotonic() - self.elector.last_step < limit
+
+    def work_once(self) -> None:
+        """One interval's work (the leader only)."""
+        try:
+            result = self.expiry.run()
+            metrics.PASSES.labels(result="ok").inc()
+            overdue = sum(1 for v in result.verdicts if v.overdue)
+            log.info("expiry pass: %d sessions, %d overdue, %d actions%s", len(result.verdicts),
+                     overdue, len(result.actions),
+                     f", {len(result.skipped)} undecided" if result.skipped else "")
+        except ApiError as error:
+            metrics.PASSES.labels(result="failed").inc()
+            log.error("expiry pass failed: %s", error)
+        except Exception as error:  # a bug: say where, keep the controller running
+            metrics.PASSES.labels(result="failed").inc()
+            log.exception("expiry pass failed: %s", _one_line(error))
+        if self.options.results_dir is not None and self.elector.is_leader:
+            try:
+                if self._tick is None:
+                    self._tick = importlib.import_module("webhook.schedules.runner").tick
+                self._tick(self.api_client, dt.datetime.now(dt.UTC), self.options.results_dir)
+            except Exception as error:  # noqa: BLE001 - the contract: one line, no crash
+                log.error("schedules tick failed: %s", _one_line(error))
+
+    def run(self) -> int:
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            log.info("signal %d: releasing the lease and stopping", signum)
+            self.stop.set()
+            self.wake.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        address, port = self.options.metrics_address, self.options.metrics_port
+        try:
+            server = metrics.serve(address, port, self.healthy)
+        except OSError as error:
+            raise StartError(f"cannot serve /metrics on {address}:{port}: "
+                             f"{error.strerror or error}") from error
+        metrics.LEADER.set(0)
+        elector = threading.Thread(target=self.elector.run, args=(self.stop,), name="lease")
+        elector.start()
+        log.info("controller %s started: lease %s/%s, interval %g s", self.options.identity,
+                 self.options.lease_namespace, self.options.lease_name, self.options.interval)
+        try:
+            while not self.stop.is_set():
+                if self.elector.is_leader:
+                    self.work_once()
+                    self.wake.wait(self.options.interval)
+                else:
+                    self.wake.wait(self.options.timing.retry_period)
+                self.wake.clear()
+        finally:
+            self.stop.set()
+            elector.join(timeout=self.elector.call_timeout * 2 + 5)
+            server.shutdown()
+        return 0
