@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from webhook import __version__
 from webhook.commands import certs as certs_cli
+from webhook.commands import controller as controller_cli
 from webhook.commands import errors
 from webhook.commands import policy as policy_cli
 from webhook.commands import results as results_cli
@@ -24,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     from webhook.commands import inject as inject_cli
     from webhook.commands import serve as serve_cli
 
-    for module in (serve_cli, inject_cli, certs_cli, policy_cli, session_cli, results_cli):
+    for module in (serve_cli, inject_cli, certs_cli, policy_cli, session_cli, results_cli,
+                   controller_cli):
         module.register(subparsers)
     return parser
 
