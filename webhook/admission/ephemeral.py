@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from webhook import constants
 from webhook.admission.review import Request
 from webhook.config import Profile, Settings
+from webhook.inject import shape
 from webhook.inject.attach import env_value, is_attached
 from webhook.inject.patch import create_patch
 from webhook.policy.api import PolicyEngine, PolicyRequest
@@ -351,8 +352,18 @@ def review_ephemeral(
         return EphemeralOutcome("ignored", "no-object", "request carries no object")
     kind = request.get("kind") or {}
     legacy = obj.get("kind") == LEGACY_KIND or kind.get("kind") == LEGACY_KIND
-    containers, where = _containers(obj, legacy)
+    expected = shape.EPHEMERAL_CONTAINERS if legacy else shape.POD
     old = request.get("oldObject")
+    problem = shape.problem(obj, expected, "object") or shape.problem(old, expected, "oldObject")
+    if problem is not None:
+        return EphemeralOutcome(
+            "denied",
+            "malformed",
+            f"sidecar-debug cannot read the {'EphemeralContainers' if legacy else 'Pod'}: "
+            f"{problem}",
+            code=400,
+        )
+    containers, where = _containers(obj, legacy)
     old_containers, _ = _containers(old, legacy) if isinstance(old, dict) else ([], "")
     old_names = {c.get("name") for c in old_containers if isinstance(c, dict)}
     context = _PodContext(request, obj, legacy, pods)

@@ -20,7 +20,7 @@ from webhook.admission import review as admission
 from webhook.admission.ephemeral import review_ephemeral
 from webhook.admission.review import Request, Review
 from webhook.config import Settings
-from webhook.inject import pipeline
+from webhook.inject import pipeline, shape
 from webhook.inject.decision import decide
 from webhook.logs import REVIEW_LOGGER, log_fields
 from webhook.policy.api import AllowAll, PolicyEngine
@@ -28,8 +28,15 @@ from webhook.policy.api import AllowAll, PolicyEngine
 if TYPE_CHECKING:
     from webhook.kube.access import PodReader
 
-# A misspelt annotation value: a bad request (400) rather than a policy refusal (403).
-_USER_TYPOS = frozenset({"unknown-profile", "unknown-mode"})
+# A misspelt annotation value or an unreadable object: a bad request (400) rather than a policy
+# refusal (403).
+MALFORMED_REQUEST = "malformed-request"
+_BAD_REQUESTS = frozenset(
+    {"unknown-profile", "unknown-mode", pipeline.MALFORMED, MALFORMED_REQUEST}
+)
+# The request's own fields; the object is judged by what kind of review it is (a Pod, an
+# EphemeralContainers, something not handled).
+_ENVELOPE = {k: v for k, v in shape.REQUEST.items() if k not in ("object", "oldObject")}
 log = logging.getLogger(REVIEW_LOGGER)
 HANDLED_API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 
@@ -52,9 +59,18 @@ def _ignored(reason: str, message: str) -> Outcome:
     return Outcome("ignored", reason, message)
 
 
+def _metadata(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod's metadata, {} when it is not an object (the shape check names it)."""
+    metadata = pod.get("metadata")
+    return metadata if isinstance(metadata, dict) else {}
+
+
 def _pod_name(pod: dict[str, Any]) -> str:
-    metadata = pod.get("metadata") or {}
-    return str(metadata.get("name") or (metadata.get("generateName") or "") + "*")
+    metadata = _metadata(pod)
+    name, generate = metadata.get("name"), metadata.get("generateName")
+    if isinstance(name, str) and name:
+        return name
+    return (generate if isinstance(generate, str) else "") + "*"
 
 
 class Mutator:
@@ -91,13 +107,22 @@ class Mutator:
                 )
             elif not isinstance(body.get("request"), dict):
                 outcome = _ignored("no-request", "AdmissionReview has no request")
+            elif problem := shape.problem(body["request"], _ENVELOPE, "request"):
+                # The apiserver never sends such a request; a client talking to the webhook
+                # directly can. Refused with the field named, uid echoed if it is readable.
+                api_version = body["apiVersion"]
+                outcome = Outcome(
+                    "denied",
+                    MALFORMED_REQUEST,
+                    f"sidecar-debug cannot read the AdmissionReview: {problem}",
+                )
             else:
                 api_version = body["apiVersion"]
                 request = body["request"]
                 pod = request.get("object")
                 namespace = str(request.get("namespace") or "")
                 if isinstance(pod, dict):
-                    namespace = namespace or str((pod.get("metadata") or {}).get("namespace") or "")
+                    namespace = namespace or str(_metadata(pod).get("namespace") or "")
                     pod_name = _pod_name(pod)
                 outcome = self._review_request(request)
         except Exception:  # noqa: BLE001 - a bug must never block pod creation or leak a 500
@@ -112,6 +137,9 @@ class Mutator:
         metrics.REVIEWS.labels(outcome.decision, outcome.reason).inc()
         metrics.LATENCY.observe(elapsed)
         uid = str((request or {}).get("uid", "")) if isinstance(request, dict) else ""
+        if request is None and isinstance(body, dict) and isinstance(body.get("request"), dict):
+            echoed = body["request"].get("uid")
+            uid = echoed if isinstance(echoed, str) else ""
         log_fields(
             log,
             logging.WARNING if outcome.decision in ("error", "denied") else logging.INFO,
@@ -136,7 +164,7 @@ class Mutator:
             allowed=not denied,
             patch=outcome.patch,
             message=outcome.message if outcome.decision not in ("injected", "attached") else None,
-            code=(outcome.code or (400 if outcome.reason in _USER_TYPOS else 403))
+            code=(outcome.code or (400 if outcome.reason in _BAD_REQUESTS else 403))
             if denied
             else None,
             warnings=outcome.warnings,
@@ -182,9 +210,7 @@ class Mutator:
         pod = request.get("object")
         if not isinstance(pod, dict) or not isinstance(pod.get("spec"), dict):
             return _ignored("no-object", "request carries no Pod object with a spec")
-        namespace = str(
-            request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or ""
-        )
+        namespace = str(request.get("namespace") or _metadata(pod).get("namespace") or "")
         too_large = self._too_many_containers(pod, namespace)
         if too_large:
             return too_large
@@ -224,7 +250,11 @@ class Mutator:
             if isinstance(containers := spec.get(key), list)
         )
         limit = self.settings.max_pod_containers
-        if count <= limit or not decide(pod, namespace, self.settings).inject:
+        if count <= limit:
+            return None
+        if shape.problem(pod, shape.POD) is not None:
+            return None  # the pipeline names the field that is wrong
+        if not decide(pod, namespace, self.settings).inject:
             return None
         return _too_large(
             f"the pod has {count} containers, more than maxPodContainers ({limit})",

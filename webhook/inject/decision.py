@@ -67,6 +67,8 @@ def _status_container(
     else:
         if not isinstance(status, dict):
             problem = f"a JSON {type_name(status)}, not an object"
+        elif "container" not in status and status.get("mode") != constants.MODE_STANDBY:
+            problem = 'it names no "container"'
         else:
             container = status.get("container", settings.sidecar_name)
             if not isinstance(container, str) or not container:

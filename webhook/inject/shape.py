@@ -134,6 +134,14 @@ POD: Final = {
     },
 }
 
+# The `EphemeralContainers` object Kubernetes 1.20-1.21 send for pods/ephemeralcontainers.
+EPHEMERAL_CONTAINERS: Final = {
+    "apiVersion": STRING,
+    "kind": STRING,
+    "metadata": POD["metadata"],
+    "ephemeralContainers": list_of(_CONTAINER),
+}
+
 _ARTICLE: Final = {
     STRING: "a string",
     BOOLEAN: "a boolean",
