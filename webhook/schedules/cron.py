@@ -1,0 +1,145 @@
+"""Cron expressions, the five fields of crontab(5), in UTC.
+
+`minute hour day-of-month month day-of-week`, each `*`, a number, a range `a-b`, a step `*/n`
+or `a-b/n`, or a comma-separated list of those; month and weekday names (jan, mon) are
+accepted, Sunday is 0 or 7, and the macros @hourly, @daily (@midnight), @weekly, @monthly and
+@yearly (@annually) too. As in Vixie cron, when both day-of-month and day-of-week are
+restricted a day matches if either does.
+
+A parser of its own (about a hundred lines, tested) rather than a dependency: the controller
+needs two questions answered - does a time match, and which was the last matching minute - and
+no timezone handling (schedules are UTC, as the controller's clock).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+MACROS = {
+    "@hourly": "0 * * * *",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@weekly": "0 0 * * 0",
+    "@monthly": "0 0 1 * *",
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+}
+_MONTHS = {name: i for i, name in enumerate(
+    "jan feb mar apr may jun jul aug sep oct nov dec".split(), 1)}
+_DAYS = {name: i for i, name in enumerate("sun mon tue wed thu fri sat".split())}
+_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
+    ("minute", 0, 59, {}), ("hour", 0, 23, {}), ("day of month", 1, 31, {}),
+    ("month", 1, 12, _MONTHS), ("day of week", 0, 7, _DAYS))
+SEARCH_DAYS = 366 * 5  # enough for Feb 29; a rarer expression (Feb 29 AND a Monday) is
+# matched as day-of-month OR day-of-week, so it recurs within the week
+
+
+class CronError(ValueError):
+    """Not a cron expression; the message names the field and the problem."""
+
+
+def _number(text: str, name: str, low: int, high: int, names: dict[str, int]) -> int:
+    value = names.get(text.lower()) if not text.isdigit() else int(text)
+    if value is None:
+        raise CronError(f"{name}: {text!r} is not a number"
+                        + (f" or a name ({', '.join(names)})" if names else ""))
+    if not low <= value <= high:
+        raise CronError(f"{name}: {value} is out of range {low}-{high}")
+    return value
+
+
+def _field(text: str, name: str, low: int, high: int, names: dict[str, int]) -> frozenset[int]:
+    values: set[int] = set()
+    for part in text.split(","):
+        if not part:
+            raise CronError(f"{name}: empty list item in {text!r}")
+        base, slash, step_text = part.partition("/")
+        step = 1
+        if slash:
+            if not step_text.isdigit() or int(step_text) == 0:
+                raise CronError(f"{name}: step {step_text!r} is not a positive number")
+            step = int(step_text)
+        if base == "*":
+            first, last = low, high
+        elif "-" in base:
+            start, _, end = base.partition("-")
+            first = _number(start, name, low, high, names)
+            last = _number(end, name, low, high, names)
+            if first > last:
+                raise CronError(f"{name}: range {base!r} runs backwards")
+        else:
+            first = _number(base, name, low, high, names)
+            last = high if slash else first
+        values.update(range(first, last + 1, step))
+    return frozenset(values)
+
+
+@dataclass(frozen=True)
+class Cron:
+    expression: str
+    minutes: frozenset[int]
+    hours: frozenset[int]
+    days: frozenset[int]
+    months: frozenset[int]
+    weekdays: frozenset[int]  # 0 = Sunday
+    any_day: bool  # day of month is *
+    any_weekday: bool  # day of week is *
+
+    def _day_matches(self, moment: datetime) -> bool:
+        if moment.month not in self.months:
+            return False
+        weekday = (moment.weekday() + 1) % 7  # Python: Monday 0; cron: Sunday 0
+        day_ok = moment.day in self.days
+        weekday_ok = weekday in self.weekdays
+        if self.any_day or self.any_weekday:
+            return day_ok and weekday_ok
+        return day_ok or weekday_ok
+
+    def matches(self, moment: datetime) -> bool:
+        return (moment.minute in self.minutes and moment.hour in self.hours
+                and self._day_matches(moment))
+
+    def previous(self, now: datetime) -> datetime | None:
+        """The latest matching minute at or before `now` (UTC), None if none in five years."""
+        now = now.astimezone(UTC).replace(second=0, microsecond=0)
+        day = now.replace(hour=0, minute=0)
+        for back in range(SEARCH_DAYS):
+            candidate_day = day - timedelta(days=back)
+            if not self._day_matches(candidate_day):
+                continue
+            for hour in sorted(self.hours, reverse=True):
+                for minute in sorted(self.minutes, reverse=True):
+                    moment = candidate_day.replace(hour=hour, minute=minute)
+                    if moment <= now:
+                        return moment
+        return None
+
+    def next(self, after: datetime) -> datetime | None:
+        """The first matching minute strictly after `after` (UTC)."""
+        after = after.astimezone(UTC).replace(second=0, microsecond=0)
+        day = after.replace(hour=0, minute=0)
+        for forward in range(SEARCH_DAYS):
+            candidate_day = day + timedelta(days=forward)
+            if not self._day_matches(candidate_day):
+                continue
+            for hour in sorted(self.hours):
+                for minute in sorted(self.minutes):
+                    moment = candidate_day.replace(hour=hour, minute=minute)
+                    if moment > after:
+                        return moment
+        return None
+
+
+def parse(expression: str) -> Cron:
+    if not isinstance(expression, str):
+        raise CronError(f"expected a string like '0 * * * *', got {type(expression).__name__}")
+    text = MACROS.get(expression.strip().lower(), expression)
+    parts = text.split()
+    if len(parts) != 5:
+        raise CronError(f"{expression!r} has {len(parts)} fields; a cron expression has five: "
+                        "minute hour day-of-month month day-of-week (e.g. '0 * * * *' hourly)")
+    parsed = [_field(part, *spec) for part, spec in zip(parts, _FIELDS, strict=True)]
+    weekdays = frozenset(day % 7 for day in parsed[4])
+    return Cron(expression, parsed[0], parsed[1], parsed[2], parsed[3], weekdays,
+                any_day=parts[2].startswith("*"), any_weekday=parts[4].startswith("*"))
