@@ -47,6 +47,8 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=10, help="wrk duration per point")
     parser.add_argument("--concurrency", default="1,8,32")
     parser.add_argument("--shapes", default="typical,large")
+    parser.add_argument("--handler-rounds", type=int, default=1,
+                        help="handler section: interleaved rounds per point (median reported)")
     parser.add_argument("--workers", type=int, default=defaults.workers)
     parser.add_argument("--threads", type=int, default=defaults.threads)
     parser.add_argument("--worker-configs", default=WORKER_CONFIGS,
@@ -125,7 +127,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if "handler" in sections:
             results["handler"] = handler.handler_cost(
                 cert, key, workdir, spec, shapes=shapes, concurrencies=concurrencies,
-                seconds=args.seconds, log=_log)
+                seconds=args.seconds, rounds=args.handler_rounds, log=_log)
             save()
         if "workers" in sections:
             specs = [parse_config(c) for c in args.worker_configs.split(",")]

@@ -36,9 +36,11 @@ def _per_review(cpu_s: float, result: loadgen.LoadResult) -> float:
 
 def handler_cost(cert: Path, key: Path, workdir: Path, spec: ServerSpec, *,
                  shapes: Sequence[str], concurrencies: Sequence[int], seconds: float,
-                 log: Log) -> dict[str, Any]:
+                 log: Log, rounds: int = 1) -> dict[str, Any]:
     """Every (shape, concurrency) point against the webhook and, right after, the null handler
-    as a Flask app and as a plain WSGI app (interleaved, so all see the same machine load)."""
+    as a Flask app and as a plain WSGI app (interleaved, so all see the same machine load);
+    `rounds` times over, each server's median round reported (a loaded machine's spikes then
+    hit one round of each instead of one server's only point)."""
     def null_spec(app: str) -> ServerSpec:
         return ServerSpec(app=app, workers=spec.workers, threads=spec.threads,
                           worker_class=spec.worker_class, env=spec.env)
@@ -54,24 +56,44 @@ def handler_cost(cert: Path, key: Path, workdir: Path, spec: ServerSpec, *,
             for _, server in served:  # warm-up: imports, caches, TLS sessions
                 loadgen.run(server.url + "/mutate", body, 8, min(2.0, seconds))
             for concurrency in concurrencies:
-                for name, server in served:
-                    cpu, steal = server.cpu_seconds(), servers.steal_seconds()
-                    result = loadgen.run(server.url + "/mutate", body, concurrency, seconds)
-                    point = _point(name, shape, result)
-                    point["cpu_ms_per_review"] = _per_review(server.cpu_seconds() - cpu, result)
-                    point["steal_s"] = round(servers.steal_seconds() - steal, 2)
-                    points.append(point)
-                    log(f"handler {shape:8} c={concurrency:<3} {name:10} {result.rps:8.1f}/s "
-                        f"p50 {result.p50_ms:7.2f} ms  p99 {result.p99_ms:7.2f} ms  "
-                        f"cpu {point['cpu_ms_per_review']:.3f} ms/review")
-    return {"server": spec.label(), "seconds_per_point": seconds, "points": points,
-            "comparisons": compare(points)}
+                for round_index in range(rounds):
+                    for name, server in served:
+                        cpu, steal = server.cpu_seconds(), servers.steal_seconds()
+                        result = loadgen.run(server.url + "/mutate", body, concurrency, seconds)
+                        point = _point(name, shape, result)
+                        point["round"] = round_index
+                        point["cpu_ms_per_review"] = _per_review(
+                            server.cpu_seconds() - cpu, result)
+                        point["steal_s"] = round(servers.steal_seconds() - steal, 2)
+                        points.append(point)
+                        log(f"handler {shape:8} c={concurrency:<3} {name:10} "
+                            f"{result.rps:8.1f}/s p50 {result.p50_ms:7.2f} ms  "
+                            f"p99 {result.p99_ms:7.2f} ms  "
+                            f"cpu {point['cpu_ms_per_review']:.3f} ms/review")
+    return {"server": spec.label(), "seconds_per_point": seconds, "rounds": rounds,
+            "points": points, "comparisons": compare(points)}
+
+
+def median_points(points: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, int],
+                                                                 dict[str, Any]]:
+    """(server, shape, concurrency) -> its median round by reviews/s, with every round's
+    reviews/s and CPU per review beside it (`rounds_rps`, `rounds_cpu_ms`)."""
+    grouped: dict[tuple[str, str, int], list[Mapping[str, Any]]] = {}
+    for p in points:
+        grouped.setdefault((p["server"], p["shape"], p["concurrency"]), []).append(p)
+    medians = {}
+    for key, runs in grouped.items():
+        ordered = sorted(runs, key=lambda r: r["rps"])
+        medians[key] = {**ordered[len(ordered) // 2],
+                        "rounds_rps": [r["rps"] for r in runs],
+                        "rounds_cpu_ms": [r.get("cpu_ms_per_review") for r in runs]}
+    return medians
 
 
 def compare(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Webhook against null for each (shape, concurrency): ratios and the p99 difference, and
     the CPU per request of the null handler as a Flask app (what Flask adds)."""
-    by_key = {(p["server"], p["shape"], p["concurrency"]): p for p in points}
+    by_key = median_points(points)
     rows = []
     for (server, shape, concurrency), hook in by_key.items():
         null = by_key.get(("null", shape, concurrency))
@@ -90,6 +112,11 @@ def compare(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "null_cpu_ms": null.get("cpu_ms_per_review"),
             "null_flask_rps": null_flask.get("rps"),
             "null_flask_cpu_ms": null_flask.get("cpu_ms_per_review"),
+            "null_flask_p99_ms": null_flask.get("p99_ms"),
+            "rounds_rps": {"webhook": hook["rounds_rps"], "null-flask":
+                           null_flask.get("rounds_rps"), "null": null["rounds_rps"]},
+            "rounds_cpu_ms": {"webhook": hook["rounds_cpu_ms"], "null-flask":
+                              null_flask.get("rounds_cpu_ms"), "null": null["rounds_cpu_ms"]},
         })
     return rows
 

@@ -125,8 +125,10 @@ def render(results: Mapping[str, Any]) -> str:
     out = []
     handler = results.get("handler")
     if handler:
+        rounds = handler.get("rounds", 1)
         out.append(f"\n1. Handler cost over TLS on loopback ({handler['server']}, wrk, "
-                   f"{handler['seconds_per_point']} s per point)")
+                   f"{handler['seconds_per_point']} s per point"
+                   + (f", median of {rounds} interleaved rounds" if rounds > 1 else "") + ")")
         out.append(_table(
             ["pod", "conc", "webhook/s", "null/s", "ratio", "p50 ms", "null p50", "p99 ms",
              "null p99", "p99 +ms", "cpu ms", "null cpu", "flask-null/s", "flask-null cpu",

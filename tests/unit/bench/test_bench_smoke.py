@@ -99,9 +99,13 @@ def test_served_sections_end_to_end(tmp_path: Path) -> None:
     1 s per point. (The memory section is the same servers and wrk, plus the readers below.)"""
     results = bench_main.run(bench_main.arguments([
         "--sections", "handler", "--seconds", "1", "--concurrency", "2", "--shapes", "typical",
-        "--workers", "1", "--threads", "2", "--quick", "--out", str(tmp_path), "--name", "smoke"]))
+        "--workers", "1", "--threads", "2", "--quick", "--handler-rounds", "2",
+        "--out", str(tmp_path), "--name", "smoke"]))
     points = results["handler"]["points"]
     assert {p["server"] for p in points} == {"webhook", "null-flask", "null"}
+    assert sorted(p["round"] for p in points) == [0, 0, 0, 1, 1, 1]
+    rounds = results["handler"]["comparisons"][0]["rounds_rps"]
+    assert [len(rounds[s]) for s in ("webhook", "null-flask", "null")] == [2, 2, 2]
     assert all(p["requests"] > 0 and not any(p["errors"].values()) for p in points)
     saved = json.loads(Path(results["json"]).read_text())
     assert saved["handler"]["comparisons"][0]["shape"] == "typical"
@@ -144,3 +148,23 @@ def test_certificates_and_patch_shape(tmp_path: Path) -> None:
     # The sidecar goes in front as one add, not 30 containers rewritten.
     assert {"op": "add", "path": "/spec/containers/0"} in [
         {"op": o["op"], "path": o["path"]} for o in ops]
+
+
+def test_targets_hold_the_issue_14_goals() -> None:
+    """The typical pod at concurrency 8 must reach 1,000 reviews/s; Flask's CPU per review is
+    the null Flask app's minus the plain null handler's."""
+    def comparison(rps: float) -> dict[str, Any]:
+        return {"shape": "typical", "concurrency": 8, "webhook_rps": rps, "null_rps": 2 * rps,
+                "webhook_p99_ms": 10.0, "null_p99_ms": 9.0, "p99_delta_ms": 1.0,
+                "webhook_cpu_ms": 0.9, "null_cpu_ms": 0.3, "null_flask_cpu_ms": 0.45}
+
+    def rows(rps: float) -> dict[str, Any]:
+        handler = {"comparisons": [comparison(rps)],
+                   "points": [{"server": "webhook", "shape": "typical", "rps": rps,
+                               "cpu_ms_per_review": 0.9}]}
+        return {t["target"]: t for t in report.targets({"handler": handler})}
+
+    assert rows(1001)["throughput, typical pod, concurrency 8"]["met"] is True
+    assert rows(999)["throughput, typical pod, concurrency 8"]["met"] is False
+    flask = next(t for name, t in rows(1001).items() if name.startswith("Flask's CPU"))
+    assert flask["value"].startswith("+0.150 ms")
