@@ -27,12 +27,14 @@ from urllib.parse import urlparse
 
 from bench import pods, servers
 from bench.servers import ServerSpec
+from webhook import constants
 
 Log = Callable[[str], None]
-WEBHOOK_NAMESPACE = "sidecar-debug-bench"
-SERVICE = "sidecar-debug-bench"
-CONFIGURATION = "sidecar-debug-bench"
-STATUS_ANNOTATION = "sidecar-debug.io/status"
+WEBHOOK_NAMESPACE = f"{constants.PRODUCT}-bench"
+SERVICE = f"{constants.PRODUCT}-bench"
+CONFIGURATION = f"{constants.PRODUCT}-bench"
+STATUS_ANNOTATION = constants.ANNOTATION_STATUS
+OPTED_IN = {constants.LABEL_DEBUG: constants.LABEL_VALUE_ENABLED}
 MODES: dict[str, dict[str, str]] = {
     "null": {},  # bench.null_app: what calling any webhook at all costs the apiserver
     # bench.null_app answering with the webhook's patch: applying it and storing the bigger pod
@@ -212,7 +214,7 @@ def _configuration(ca_pem: bytes, port: int) -> dict[str, Any]:
     return mutating_webhook_configuration(
         CONFIGURATION, service=SERVICE, namespace=WEBHOOK_NAMESPACE, ca_pem=ca_pem, port=port,
         failure_policy="Fail", timeout_seconds=10,
-        namespace_selector={"matchLabels": {"debug": "enabled"}},
+        namespace_selector={"matchLabels": OPTED_IN},
     )
 
 
@@ -262,7 +264,7 @@ def _run_mode(api: Api, url: str, mode: str, pods_per_run: int, rounds: int,
               log: Log) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:5]
     labelled, plain = f"bench-{mode}-on-{tag}", f"bench-{mode}-off-{tag}"
-    make_namespace(api, labelled, {"debug": "enabled"})
+    make_namespace(api, labelled, OPTED_IN)
     make_namespace(api, plain, {})
     # Warm-up (not counted): connections, the webhook's first SubjectAccessReview, caches.
     for namespace in (labelled, plain):

@@ -15,6 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from webhook import constants
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -38,7 +40,8 @@ class _Handler(BaseHTTPRequestHandler):
         name = self.path.rstrip("/").rsplit("/", 1)[-1]
         _Handler.calls["namespaces"] = _Handler.calls.get("namespaces", 0) + 1
         self._answer({"apiVersion": "v1", "kind": "Namespace",
-                      "metadata": {"name": name, "labels": {"debug": "enabled"}}})
+                      "metadata": {"name": name, "labels": {
+                          constants.LABEL_DEBUG: constants.LABEL_VALUE_ENABLED}}})
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         return

@@ -9,6 +9,7 @@ import os
 import ssl
 from typing import Any
 
+from webhook import constants
 from webhook.certs import rotation, tls
 from webhook.config import load_settings
 
@@ -34,7 +35,7 @@ logger_class = "webhook.server.gunicorn_logging.JsonGunicornLogger"
 loglevel = _settings.log_level.lower()
 certfile = _settings.tls_cert_file
 keyfile = _settings.tls_key_file
-proc_name = "sidecar-debug"
+proc_name = constants.PRODUCT
 # No runtime-management socket: nothing uses it, and a read-only root filesystem has no home for it.
 control_socket_disable = True
 
