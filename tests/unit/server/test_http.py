@@ -280,3 +280,41 @@ def test_expect_100_continue_is_honoured(served: Served) -> None:
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
     assert b"100 Continue" not in answer
+
+
+def test_refused_requests_keep_the_connection_usable(served: Served) -> None:
+    """The apiserver reuses its connections: a refusal the app answers without reading the body
+    (404, 405, 415, 400) must leave the connection ready for the next review on it."""
+    import http.client
+
+    conn = http.client.HTTPSConnection("127.0.0.1", served.port, context=served.context,
+                                       timeout=30)
+    try:
+        for method, path, ctype, status in (("POST", "/nope", JSON, 404),
+                                            ("PUT", "/mutate", JSON, 405),
+                                            ("POST", "/mutate", "text/plain", 415),
+                                            ("POST", "/mutate", JSON, 200)):
+            conn.request(method, path, body=_review(), headers={"Content-Type": ctype})
+            reply = conn.getresponse()
+            body = reply.read()
+            assert reply.status == status, body[:300]
+            assert reply.getheader("Connection") != "close"
+        assert json.loads(body)["response"]["uid"] == UID
+    finally:
+        conn.close()
+
+
+def test_an_oversized_chunked_body_gets_its_413_and_the_connection_is_closed(
+    served: Served,
+) -> None:
+    """Without a Content-Length the size shows only while reading: still a 413 with the reason,
+    and the connection is not reused (the rest of the body is discarded)."""
+    chunk = b"1," * 65536
+    count = 3 * 1024 * 1024 // len(chunk) + 2
+    body = b"".join(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n" for _ in range(count))
+    answer = _raw(served, b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n" + body + b"0\r\n\r\n")
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413"), head
+    assert b"Connection: close" in head
+    assert "exceeds the 3145728-byte limit" in json.loads(payload)["error"]
