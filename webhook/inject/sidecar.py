@@ -87,6 +87,15 @@ def writable_copy(pod: dict[str, Any]) -> dict[str, Any]:
     return mutated
 
 
+def _slot(parent: dict[str, Any], key: str, empty: type[list[Any]] | type[dict[str, Any]]) -> Any:
+    """parent[key] to write into, created empty when absent or JSON null (null counts as absent,
+    as in the Kubernetes API: a manifest's bare `annotations:` is null)."""
+    value = parent.get(key)
+    if value is None:
+        value = parent[key] = empty()
+    return value
+
+
 def _norm(path: str) -> str:
     return path.rstrip("/") or "/"
 
@@ -121,7 +130,7 @@ def app_containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _apply_env_hints(container: dict[str, Any], hints: list[EnvHint]) -> None:
-    env: list[dict[str, Any]] = container.setdefault("env", [])
+    env: list[dict[str, Any]] = _slot(container, "env", list)
     by_name = {item.get("name"): item for item in env}
     for hint in hints:
         existing = by_name.get(hint.name)
@@ -203,7 +212,7 @@ def build_sidecar(
 
 
 def _write_status(metadata: dict[str, Any], plan: InjectionPlan, status: dict[str, Any]) -> None:
-    annotations: dict[str, str] = metadata.setdefault("annotations", {})
+    annotations: dict[str, str] = _slot(metadata, "annotations", dict)
     annotations.update(plan.extra_annotations)
     annotations[constants.ANNOTATION_STATUS] = jsonio.dumps(status, sort_keys=True).decode()
 
@@ -215,11 +224,11 @@ def inject_pod(
     is left as it was (the copy shares its unchanged parts: see writable_copy)."""
     mutated = writable_copy(pod)
     notes = InjectionNotes()
-    metadata = mutated.setdefault("metadata", {})
-    spec = mutated.setdefault("spec", {})
+    metadata = _slot(mutated, "metadata", dict)
+    spec = _slot(mutated, "spec", dict)
     profile = plan.profile
     apps = app_containers(spec)
-    volumes: list[dict[str, Any]] = spec.setdefault("volumes", [])
+    volumes: list[dict[str, Any]] = _slot(spec, "volumes", list)
     volume_names = names_in_use(spec)
     sidecar_mounts: list[dict[str, Any]] = []
 
@@ -244,7 +253,7 @@ def inject_pod(
             volumes.append({"name": volume_name, "emptyDir": {}})
         sidecar_mounts.append({"name": volume_name, "mountPath": shared.mount_path})
         for container in apps:
-            mounts = container.setdefault("volumeMounts", [])
+            mounts = _slot(container, "volumeMounts", list)
             at_path = [m for m in mounts if _norm(str(m.get("mountPath", ""))) == shared.mount_path]
             if not at_path:
                 mounts.append({"name": volume_name, "mountPath": shared.mount_path})
@@ -307,7 +316,7 @@ def inject_pod(
         c.get("name") for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
     }
     name = _unique_name(settings.sidecar_name, {n for n in taken if isinstance(n, str)})
-    containers = spec.setdefault("containers", [])
+    containers = _slot(spec, "containers", list)
     exit_with: list[str] | None = None
     if runs_to_completion(spec, plan) and not settings.native_sidecar:
         # Without native sidecars (Kubernetes < 1.29) a toolset that idles forever would keep a
@@ -320,9 +329,9 @@ def inject_pod(
                 "keeps running after the app ends until the sidecar is stopped"
             )
     sidecar = build_sidecar(plan, settings, name, sidecar_mounts, exit_with)
-    annotations: dict[str, str] = metadata.setdefault("annotations", {})
+    annotations: dict[str, str] = _slot(metadata, "annotations", dict)
     if settings.native_sidecar:
-        spec.setdefault("initContainers", []).insert(0, sidecar)
+        _slot(spec, "initContainers", list).insert(0, sidecar)
     else:
         # First, so that the kubelet starts it (and waits for its postStart) before the app.
         if containers and DEFAULT_CONTAINER_ANNOTATION not in annotations:
