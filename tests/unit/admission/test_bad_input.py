@@ -356,3 +356,36 @@ def test_a_malformed_ephemeral_container_review_is_a_400_naming_the_field(
     response = _mutate(body)
     assert (response["allowed"], response["status"]["code"]) == (False, 400)
     assert field in response["status"]["message"]
+
+
+@pytest.mark.parametrize(
+    "null_at",
+    [
+        ("metadata",),
+        ("metadata", "annotations"),
+        ("spec", "volumes"),
+        ("spec", "initContainers"),
+        ("spec", "containers", 0, "env"),
+        ("spec", "containers", 0, "volumeMounts"),
+    ],
+)
+@pytest.mark.parametrize("native", [False, True])
+@pytest.mark.parametrize("mode", ["injected", "standby"])
+def test_json_null_counts_as_absent_where_the_sidecar_is_written(
+    tracebacks: Tracebacks, null_at: tuple[str | int, ...], native: bool, mode: str
+) -> None:
+    """A manifest's bare `annotations:` (or `volumes:`, `env:`) is null: found by the fuzz suite,
+    each crashed the injection (NoneType has no attribute 'insert')."""
+    pod = _pod({constants.ANNOTATION_MODE: mode})
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+    pod["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
+    target: Any = pod
+    for key in null_at[:-1]:
+        target = target[key]
+    target[null_at[-1]] = None
+    review: Any = Mutator(settings_with(native_sidecar=native), AllowAll()).review(_review(pod))
+    response = review["response"]
+    assert response["allowed"] is True
+    assert response["auditAnnotations"][constants.AUDIT_DECISION] == "injected", response
+    patched = apply_patch(pod, decode_patch(review))
+    assert STATUS in patched["metadata"]["annotations"]
