@@ -35,6 +35,14 @@ def parse_config(text: str) -> ServerSpec:
     return ServerSpec(worker_class=kind, workers=int(workers), threads=int(threads or 1))
 
 
+def served_configs(text: str, env: dict[str, str]) -> list[ServerSpec]:
+    """The comma-separated configs of --worker-configs/--slow-configs, each served with `env`."""
+    specs = [parse_config(c.strip()) for c in text.split(",") if c.strip()]
+    for spec in specs:
+        spec.env = env
+    return specs
+
+
 def _log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
@@ -130,21 +138,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 seconds=args.seconds, rounds=args.handler_rounds, log=_log)
             save()
         if "workers" in sections:
-            specs = [parse_config(c) for c in args.worker_configs.split(",")]
-            for s in specs:
-                s.env = env
             results["workers"] = handler.worker_choice(
-                cert, key, workdir, specs, shape="typical",
+                cert, key, workdir, served_configs(args.worker_configs, env), shape="typical",
                 concurrencies=[c for c in concurrencies if c > 1] or concurrencies,
                 seconds=args.worker_seconds or args.seconds, rounds=args.worker_rounds,
                 log=_log)
             save()
         if "slow-clients" in sections:
-            specs = [parse_config(c) for c in args.slow_configs.split(",")]
-            for s in specs:
-                s.env = env
             results["slow_clients"] = handler.slow_clients(
-                cert, key, workdir, specs,
+                cert, key, workdir, served_configs(args.slow_configs, env),
                 counts=[int(c) for c in args.slow_clients.split(",")],
                 concurrency=8, seconds=args.seconds, shape="typical", log=_log)
             save()

@@ -88,34 +88,27 @@ class Api:
         return _sum_count(self.raw("/metrics"), metric, must_contain)
 
     def raw(self, path: str) -> str:
-        for attempt in (1, 2):
-            if self._connection is None:
-                self._connection = http.client.HTTPSConnection(
-                    self._host, self._port, context=self._context, timeout=60)
-            try:
-                self._connection.request("GET", path,
-                                         headers={"Authorization": f"Bearer {self._token}"})
-                return self._connection.getresponse().read().decode()
-            except (http.client.HTTPException, OSError):
-                self._connection.close()
-                self._connection = None
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+        return self._exchange("GET", path, None, {})[1].decode()
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+        status, data = self._exchange(
+            method, path, None if body is None else json.dumps(body),
+            {"Content-Type": "application/json", "Accept": "application/json"})
+        return status, (json.loads(data) if data else {})
+
+    def _exchange(self, method: str, path: str, body: str | None,
+                  headers: dict[str, str]) -> tuple[int, bytes]:
+        """One request on the kept-alive connection, reopened once if the server closed it."""
         for attempt in (1, 2):
             if self._connection is None:
                 self._connection = http.client.HTTPSConnection(
                     self._host, self._port, context=self._context, timeout=60)
             try:
                 self._connection.request(
-                    method, path, body=None if body is None else json.dumps(body),
-                    headers={"Authorization": f"Bearer {self._token}",
-                             "Content-Type": "application/json", "Accept": "application/json"})
+                    method, path, body=body,
+                    headers={"Authorization": f"Bearer {self._token}", **headers})
                 response = self._connection.getresponse()
-                data = response.read()
-                return response.status, (json.loads(data) if data else {})
+                return response.status, response.read()
             except (http.client.HTTPException, OSError):
                 self._connection.close()
                 self._connection = None

@@ -41,11 +41,25 @@ def _class_path(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def _api_message(body: object) -> str:
+    """The apiserver's own explanation in an error answer (a Status object's `message`, e.g.
+    `secrets is forbidden: User "x" cannot create ...`), "" when there is none."""
+    import json
+
+    try:
+        status = json.loads(body) if isinstance(body, (str, bytes)) and body else None
+    except ValueError:
+        return ""
+    message = status.get("message") if isinstance(status, dict) else None
+    return " ".join(str(message).split()) if message else ""
+
+
 def _message(exc: BaseException) -> str:
     status = getattr(exc, "status", None)
     reason = getattr(exc, "reason", None)
     if _class_path(type(exc)).startswith("kubernetes.") and status is not None:
-        return f"HTTP {status} {reason or ''}".strip()
+        explanation = _api_message(getattr(exc, "body", None))
+        return f"HTTP {status} {reason or ''}".strip() + (f": {explanation}" if explanation else "")
     if isinstance(exc, OSError) and exc.strerror:
         where = f"{exc.filename}: " if exc.filename else ""
         return f"{where}{exc.strerror}"

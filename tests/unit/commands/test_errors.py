@@ -46,6 +46,25 @@ def test_the_table_matches_along_the_class_hierarchy(capsys: pytest.CaptureFixtu
     assert capsys.readouterr().err == "sidecar-debug: x.yaml: No such file or directory\n"
 
 
+def test_a_refused_api_call_says_what_the_apiserver_said(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    refused = ApiException(status=403, reason="Forbidden")
+    refused.body = ('{"kind":"Status","message":"secrets is forbidden: User \\"dev\\" cannot '
+                    'create resource \\"secrets\\" in the namespace \\"tools\\"","code":403}')
+    assert errors.handle(refused) == errors.EXIT_API
+    assert capsys.readouterr().err == (
+        'sidecar-debug: Kubernetes API: HTTP 403 Forbidden: secrets is forbidden: User "dev" '
+        'cannot create resource "secrets" in the namespace "tools"\n')
+    bare = ApiException(status=500, reason="Internal Server Error")
+    bare.body = "<html>oops</html>"
+    assert errors.handle(bare) == errors.EXIT_API
+    assert capsys.readouterr().err == (
+        "sidecar-debug: Kubernetes API: HTTP 500 Internal Server Error\n")
+
+
 def test_a_bug_is_not_hidden() -> None:
     assert errors.handle(KeyError("oops")) is None
 
