@@ -109,6 +109,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                      help="seconds to wait for it to run (0: do not wait)")
     att.set_defaults(func=_attach)
 
+    from webhook.commands import trap as trap_cli
+
+    trap_cli.register(subparsers, parents=[common, target, output])
+
     listing = subparsers.add_parser(
         "sessions",
         help="list debug sessions: injected, standby and attached toolsets, and when they expire",
