@@ -2,17 +2,23 @@
 StatefulSets, DaemonSets, ReplicaSets, ReplicationControllers, Jobs, CronJobs, Lists of them).
 
 Each pod (template) goes through webhook.inject.pipeline, as the webhook's review would; every
-other document passes through. The input document is never modified.
+other document passes through. The input document is never modified, and a document in which
+nothing was injected is returned as the very same object (so the caller can copy its original
+text): the --profile/--runtime/--mode choices are written into a pod only when it is injected.
+Each pod template gets an Outcome saying what happened and why, for the caller to report.
 """
 
 from __future__ import annotations
 
+import json
 import sys
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from webhook import constants
 from webhook.config import Settings
 from webhook.inject import pipeline
+from webhook.inject.decision import is_injected, wired_standby
 
 # Where the pod template lives, by kind (apps/v1, batch/v1).
 TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
@@ -26,10 +32,103 @@ TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
 }
 # Kinds whose pods run to completion: the toolset must exit with the app (no native sidecars).
 COMPLETING_KINDS = frozenset({"Job", "CronJob"})
+# Kinds that may hold pods: every other document passes through without being looked at.
+WORKLOAD_KINDS = frozenset({"Pod", "List", *TEMPLATE_PATHS})
+
+OutcomeStatus = Literal["injected", "skipped", "refused"]
 
 
 class InjectError(ValueError):
     """A document cannot be injected; the message names the document and the problem."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one pod (template): `what` names it ("Deployment 'web'"), `message`
+    says why it was skipped or refused; `warnings` are what the pipeline had to adapt."""
+
+    what: str
+    status: OutcomeStatus
+    message: str
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass
+class DocumentResult:
+    """`document` is the input object itself unless something was injected."""
+
+    document: Any
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return any(o.status == "injected" for o in self.outcomes)
+
+    @property
+    def refused(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status == "refused"]
+
+
+def _name(document: dict[str, Any]) -> str:
+    metadata = document.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return str(name) if name is not None else "(no name)"
+
+
+def describe(document: Any) -> str:
+    """`Deployment 'web'`, as messages name a document."""
+    if not isinstance(document, dict):
+        return "document"
+    return f"{document.get('kind') or '(no kind)'} {_name(document)!r}"
+
+
+def _status(template: dict[str, Any]) -> dict[str, Any] | None:
+    metadata = template.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    raw = annotations.get(constants.ANNOTATION_STATUS) if isinstance(annotations, dict) else None
+    if not isinstance(raw, str):
+        return None
+    try:
+        status = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return status if isinstance(status, dict) else None
+
+
+def _reinject_conflict(
+    template: dict[str, Any],
+    settings: Settings,
+    profile: str | None,
+    runtime: str | None,
+    mode: str | None,
+) -> str | None:
+    """Why an already injected pod cannot take the options asked for, or None. Offline
+    `inject` refuses rather than re-injecting: the app containers carry our hints and mounts
+    mixed with their own, and taking them out again cannot be told apart from the user's edits."""
+    status = _status(template)
+    if status is None:
+        return None
+    if not (is_injected(template, settings) or wired_standby(template)):
+        return None
+    had = {
+        "--profile": str(status.get("profile") or ""),
+        "--runtime": str(status.get("runtime") or ""),
+        "--mode": str(status.get("mode") or constants.MODE_INJECTED),
+    }
+    asked = {"--profile": profile, "--runtime": runtime, "--mode": mode}
+    differs = [
+        f"{option} {value} (it has {had[option] or 'none'!s})"
+        for option, value in asked.items()
+        if value and value != had[option]
+    ]
+    if not differs:
+        return None
+    return (
+        f"already injected with profile {had['--profile']!r} (mode {had['--mode']}), and "
+        f"{', '.join(differs)} asks for another: offline inject does not re-inject. Run it on "
+        "the manifest without the debug sidecar (e.g. from version control) to inject other "
+        "options"
+    )
 
 
 def inject_template(
@@ -40,12 +139,19 @@ def inject_template(
     runtime: str | None = None,
     kind: str = "Pod",
     mode: str | None = None,
-) -> dict[str, Any]:
-    """The injected pod (or pod template); unchanged when the decision is not to inject."""
+    what: str = "Pod",
+) -> tuple[dict[str, Any], Outcome]:
+    """The injected pod (or pod template) and what happened; `template` itself (the same
+    object, unchanged) when the decision is not to inject."""
+    conflict = _reinject_conflict(template, settings, profile, runtime, mode)
+    if conflict is not None:
+        return template, Outcome(what, "refused", conflict)
+    candidate = template
     if profile or runtime or mode:
-        # Record the choice on the pod so the webhook and `describe` see the same thing.
-        template = dict(template)
-        metadata = dict(template.get("metadata") or {})
+        # Record the choice on the pod so the webhook and `describe` see the same thing; it
+        # reaches the output only when the pod is injected.
+        candidate = dict(template)
+        metadata = dict(candidate.get("metadata") or {})
         annotations = dict(metadata.get("annotations") or {})
         if profile:
             annotations[constants.ANNOTATION_PROFILE] = profile
@@ -54,26 +160,93 @@ def inject_template(
         if mode:
             annotations[constants.ANNOTATION_MODE] = mode
         metadata["annotations"] = annotations
-        template["metadata"] = metadata
+        candidate["metadata"] = metadata
     # A Job's pods end whatever its template says: the toolset must exit with the app.
     completes = True if kind in COMPLETING_KINDS else None
     result = pipeline.run(
-        template, namespace, settings, pipeline.OfflinePolicy(), completes=completes
+        candidate, namespace, settings, pipeline.OfflinePolicy(), completes=completes
     )
-    if result.status == "denied":
-        raise InjectError(result.message)
-    for warning in result.inject_warnings + result.decision_warnings:
-        print(warning, file=sys.stderr)
+    warnings = [_plain(w) for w in result.inject_warnings + result.decision_warnings]
+    if result.status != "injected":
+        status: OutcomeStatus = "skipped" if result.status == "skipped" else "refused"
+        return template, Outcome(what, status, result.message, tuple(warnings))
     policy = (template.get("spec") or {}).get("restartPolicy")
-    if completes and result.status == "injected" and policy not in ("Never", "OnFailure"):
+    if completes and policy not in ("Never", "OnFailure"):
         # The apiserver refuses such a Job; say so rather than guess silently.
-        print(
-            f"sidecar-debug: {kind} pod template has restartPolicy {policy or '(unset)'}, but a "
-            "Job needs Never or OnFailure (Kubernetes refuses it otherwise); the toolset was set "
-            "to exit with the app, as for every Job",
-            file=sys.stderr,
+        warnings.append(
+            f"{kind} pod template has restartPolicy {policy or '(unset)'}, but a Job needs Never "
+            "or OnFailure (Kubernetes refuses it otherwise); the toolset was set to exit with "
+            "the app, as for every Job"
         )
-    return result.pod
+    return result.pod, Outcome(what, "injected", result.message, tuple(warnings))
+
+
+def _plain(warning: str) -> str:
+    """A pipeline warning without its `sidecar-debug: ` prefix (the caller adds where)."""
+    prefix = "sidecar-debug: "
+    return warning[len(prefix) :] if warning.startswith(prefix) else warning
+
+
+def is_workload(document: Any) -> bool:
+    """A document that may hold pods to inject (a Pod, a workload, a List)."""
+    return isinstance(document, dict) and document.get("kind") in WORKLOAD_KINDS
+
+
+def inject_workload(
+    document: Any,
+    settings: Settings,
+    profile: str | None = None,
+    runtime: str | None = None,
+    mode: str | None = None,
+    where: str = "",
+) -> DocumentResult:
+    """Inject every pod (template) in `document`; one Outcome per pod template found."""
+    if not is_workload(document):
+        return DocumentResult(document)
+    kind = str(document.get("kind"))
+    what = f"{where}{describe(document)}"
+    metadata = document.get("metadata")
+    namespace = str((metadata if isinstance(metadata, dict) else {}).get("namespace") or "default")
+    if kind == "List":
+        items = document.get("items")
+        if items is None:
+            return DocumentResult(document)
+        if not isinstance(items, list):
+            return DocumentResult(document, [Outcome(what, "refused", "items is not a list")])
+        results = [
+            inject_workload(item, settings, profile, runtime, mode, where=f"{what} items[{i}]: ")
+            for i, item in enumerate(items)
+        ]
+        outcomes = [o for r in results for o in r.outcomes]
+        if not any(r.changed for r in results):
+            return DocumentResult(document, outcomes)
+        return DocumentResult({**document, "items": [r.document for r in results]}, outcomes)
+    if kind == "Pod":
+        if not isinstance(document.get("spec"), dict):
+            return DocumentResult(document, [Outcome(what, "refused", "has no spec (a mapping)")])
+        pod, outcome = inject_template(
+            document, namespace, settings, profile, runtime, mode=mode, what=what
+        )
+        return DocumentResult(pod, [outcome])
+    path = TEMPLATE_PATHS[kind]
+    parent: Any = document
+    for key in path[:-1]:
+        parent = parent.get(key) if isinstance(parent, dict) else None
+    template = parent.get(path[-1]) if isinstance(parent, dict) else None
+    if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
+        problem = f"has no pod template at {'.'.join(path)}.spec"
+        return DocumentResult(document, [Outcome(what, "refused", problem)])
+    injected, outcome = inject_template(
+        template, namespace, settings, profile, runtime, kind=kind, mode=mode, what=what
+    )
+    if injected is template:
+        return DocumentResult(document, [outcome])
+    result = _copy_path(document, path[:-1])
+    target: Any = result
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = injected
+    return DocumentResult(result, [outcome])
 
 
 def inject_document(
@@ -83,41 +256,16 @@ def inject_document(
     runtime: str | None = None,
     mode: str | None = None,
 ) -> Any:
-    if not isinstance(document, dict):
-        return document
-    kind = document.get("kind")
-    namespace = str((document.get("metadata") or {}).get("namespace") or "default")
-    if kind == "List":
-        return {
-            **document,
-            "items": [
-                inject_document(item, settings, profile, runtime, mode)
-                for item in document.get("items") or []
-            ],
-        }
-    if kind == "Pod":
-        if not isinstance(document.get("spec"), dict):
-            raise InjectError(f"Pod {document.get('metadata', {}).get('name')!r} has no spec")
-        return inject_template(document, namespace, settings, profile, runtime, mode=mode)
-    path = TEMPLATE_PATHS.get(str(kind))
-    if path is None:
-        return document
-    parent: Any = document
-    for key in path[:-1]:
-        parent = parent.get(key) if isinstance(parent, dict) else None
-    template = parent.get(path[-1]) if isinstance(parent, dict) else None
-    if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
-        name = (document.get("metadata") or {}).get("name")
-        raise InjectError(f"{kind} {name!r} has no pod template at {'.'.join(path)}.spec")
-    assert isinstance(parent, dict)  # noqa: S101 - narrowed by the loop above
-    result = _copy_path(document, path[:-1])
-    target: Any = result
-    for key in path[:-1]:
-        target = target[key]
-    target[path[-1]] = inject_template(
-        template, namespace, settings, profile, runtime, kind=str(kind), mode=mode
-    )
-    return result
+    """`inject_workload` for one plain document: warnings to stderr, the first refusal raised
+    as InjectError; the document itself when nothing was injected."""
+    result = inject_workload(document, settings, profile, runtime, mode)
+    for outcome in result.outcomes:
+        for warning in outcome.warnings:
+            print(f"sidecar-debug: {outcome.what}: {warning}", file=sys.stderr)
+    if result.refused:
+        first = result.refused[0]
+        raise InjectError(f"{first.what}: {first.message}")
+    return result.document
 
 
 def _copy_path(document: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:

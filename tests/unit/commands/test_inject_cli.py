@@ -117,8 +117,8 @@ def test_profile_flag_is_recorded_on_the_pod() -> None:
     ("args", "stdin", "message"),
     [
         (["inject", "-f", "/no/such/file.yaml"], None, "cannot read /no/such/file.yaml"),
-        (["inject", "-f", "-"], "a: [unclosed", "is not valid YAML"),
-        (["inject", "-f", "-", "--profile", "nope"], manifests(), "unknown debug profile 'nope'"),
+        (["inject", "-f", "-"], "a: [unclosed", "<stdin>:1: document 1: not valid YAML"),
+        (["inject", "-f", "-", "--profile", "nope"], manifests(), "--profile 'nope' is not a"),
         (
             ["inject", "-f", "-"],
             "kind: Deployment\nmetadata: {name: x}\nspec: {}\n",

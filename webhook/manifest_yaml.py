@@ -1,0 +1,453 @@
+"""Manifest YAML for offline `inject`: read as kubectl does, write back only what changed.
+
+- Documents are cut at their `---` / `...` marker lines (a marker at the start of a line ends
+  any scalar, so this split is exact), and each is handled on its own: one bad document is
+  reported with its line and the others go on. A document that is not changed is copied as its
+  original bytes (comments, styles, even its line endings stay).
+- Every document is first read by libyaml's C event parser (PyYAML's CSafeLoader): syntax
+  errors, duplicate keys (an error, as kubectl's strict decoding says, with both lines) and the
+  top-level `kind`, without building Python objects for the CRDs and ConfigMaps that make up
+  most of an install. Only documents that may hold pods are read again, with ruamel.yaml's
+  round-trip loader (comments, key order, quotes and block styles kept), and the injection is
+  merged into that tree, so the diff a reviewer sees is only the injection.
+- Scalars are read with the YAML 1.2 core schema, as both loaders are told here: `12:30`,
+  `=`, `yes`, `2024-01-01` are strings; `0o17` and `0x1F` are ints, `017` is 17.
+"""
+
+from __future__ import annotations
+
+import difflib
+import io
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import YAMLError as RuamelYAMLError
+from ruamel.yaml.resolver import VersionedResolver
+from ruamel.yaml.scalarstring import SingleQuotedScalarString
+
+STR_TAG = "tag:yaml.org,2002:str"
+# The YAML 1.2 core schema's implicit types (https://yaml.org/spec/1.2.2/#1032-tag-resolution),
+# plus the merge key `<<` that kubectl's YAML library also honours. Order matters: int first.
+CORE_SCHEMA: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), "~nN"),
+    ("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), "tTfF"),
+    (
+        "tag:yaml.org,2002:int",
+        re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
+        "-+0123456789",
+    ),
+    (
+        "tag:yaml.org,2002:float",
+        re.compile(
+            r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+        ),
+        "-+0123456789.",
+    ),
+    ("tag:yaml.org,2002:merge", re.compile(r"^<<$"), "<"),
+)
+_BY_FIRST: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
+for _tag, _regexp, _first in CORE_SCHEMA:
+    for _char in _first or "":
+        _BY_FIRST.setdefault(_char, []).append((_tag, _regexp))
+_BY_FIRST.setdefault("", []).append((CORE_SCHEMA[0][0], CORE_SCHEMA[0][1]))
+
+
+def core_tag(value: str) -> str:
+    """The tag the YAML 1.2 core schema gives a plain scalar."""
+    for tag, regexp in _BY_FIRST.get(value[:1], ()):
+        if regexp.match(value):
+            return tag
+    return STR_TAG
+
+
+class _CoreResolver(VersionedResolver):
+    """ruamel.yaml's resolver with exactly the core schema (its own 1.2 table also reads
+    `=` and timestamps, and ints with `_` or a leading 0 as octal-like)."""
+
+    @property
+    def versioned_resolver(self) -> Any:
+        return _BY_FIRST
+
+
+# Strings that YAML 1.1 readers (kubectl's go-yaml among them) take for something else: a
+# value this module writes is quoted when it is one, so every reader sees a string.
+_YAML11 = yaml.resolver.Resolver()
+
+
+def _ambiguous(value: str) -> bool:
+    plain = (True, False)
+    return (
+        _YAML11.resolve(yaml.ScalarNode, value, plain) != STR_TAG  # type: ignore[no-untyped-call]
+        or core_tag(value) != STR_TAG
+    )
+
+
+class Problem(ValueError):
+    """A document cannot be read: `line` (1-based, in the whole input) and a one-line reason."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+        self.message = message
+
+
+class InputError(ValueError):
+    """The whole input cannot be read as YAML text (UTF-16, UTF-32): one line, what to do."""
+
+
+# -- splitting and decoding --------------------------------------------------------------------
+
+_MARKER = re.compile(rb"^(---|\.\.\.)(?=[ \t\r\n]|\Z)", re.M)
+# A line with YAML content: not blank, not a comment, not a directive.
+_CONTENT = re.compile(
+    rb"^(?![ \t]*(?:#|\r?\n|\r?\Z))(?!%)(?!(?:---|\.\.\.)(?:[ \t\r\n]|\Z))", re.M
+)
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffe\uffff]")
+_BOMS = (
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\xfe\xff", "UTF-16"),
+    (b"\xff\xfe", "UTF-16"),
+)
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One document's bytes (with its marker lines and comments), where it starts, and its
+    number (1-based; 0 for a stretch of only comments that is no document)."""
+
+    raw: bytes
+    start_line: int  # the input's line of its first byte (1-based)
+    line: int  # its first content line (else its `---` line, else start_line): for messages
+    index: int
+
+    def input_line(self, line_in_chunk: int) -> int:
+        """The input's line (1-based) of a 0-based line within the chunk."""
+        return self.start_line + line_in_chunk
+
+
+def check_encoding(data: bytes, name: str) -> None:
+    """Refuse input that is no UTF-8 text at all (UTF-16, UTF-32, binary) at once, naming the
+    line; a document that is not UTF-8 (e.g. Latin-1) is found per document by decode()."""
+    found = next((enc for bom, enc in _BOMS if data.startswith(bom)), None)
+    head = data[:64][: len(data[:64]) // 2 * 2]
+    if found is None and len(head) >= 4:
+        even, odd = head[0::2], head[1::2]
+        if (
+            odd.count(0) == len(odd)
+            and 0 not in even
+            or even.count(0) == len(even)
+            and (0 not in odd)
+        ):
+            found = "UTF-16"  # no byte-order mark, but ASCII with every other byte NUL
+    if found is not None:
+        raise InputError(
+            f"{name}:1: the input is {found} text; sidecar-debug reads UTF-8 (as kubectl does): "
+            f"convert it first, e.g. `iconv -f {found} -t UTF-8 {name}`"
+        )
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        line = data.count(b"\n", 0, nul) + 1
+        raise InputError(
+            f"{name}:{line}: the input is binary data (a NUL byte), not "
+            "YAML text; give the manifest file"
+        )
+
+
+def split(data: bytes) -> list[Chunk]:
+    """The documents of a YAML stream, as byte ranges that add up to `data` exactly."""
+    chunks: list[Chunk] = []
+    start, has_marker, index, line = 0, False, 0, 1
+
+    def close(end: int) -> None:
+        nonlocal start, index, line
+        raw = data[start:end]
+        content = _CONTENT.search(raw)
+        document = has_marker or content is not None
+        if document:
+            index += 1
+        found = content or _MARKER.search(raw)
+        first = line + raw.count(b"\n", 0, found.start()) if found else line
+        chunks.append(Chunk(raw, line, first, index if document else 0))
+        line += raw.count(b"\n")
+        start = end
+
+    for match in _MARKER.finditer(data):
+        pos = match.start()
+        if match.group(1) == b"---":
+            if pos > start and (has_marker or _CONTENT.search(data, start, pos)):
+                close(pos)
+            has_marker = True
+        else:
+            end = data.find(b"\n", pos)
+            close(len(data) if end < 0 else end + 1)
+            has_marker = False
+    if start < len(data):
+        close(len(data))
+    return chunks
+
+
+def decode(chunk: Chunk) -> str:
+    """The chunk as text; Problem naming the line of the first byte that is not UTF-8 text."""
+    try:
+        text = chunk.raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = chunk.input_line(chunk.raw.count(b"\n", 0, exc.start))
+        byte = chunk.raw[exc.start]
+        raise Problem(
+            line,
+            f"not UTF-8 text (byte 0x{byte:02X}; Latin-1 or another 8-bit encoding?): convert "
+            "the file to UTF-8, e.g. `iconv -f LATIN1 -t UTF-8`",
+        ) from None
+    control = _CONTROL.search(text)
+    if control is not None:
+        line = chunk.input_line(text.count("\n", 0, control.start()))
+        raise Problem(
+            line,
+            f"not YAML text: control character U+{ord(control.group()):04X}, which YAML forbids",
+        )
+    return text
+
+
+# -- the fast pass: libyaml events --------------------------------------------------------------
+
+_FastLoader: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _one_line(exc: yaml.MarkedYAMLError | RuamelYAMLError) -> str:
+    parts = [getattr(exc, "context", None), getattr(exc, "problem", None)]
+    text = ", ".join(str(p) for p in parts if p) or str(exc).splitlines()[0]
+    return " ".join(text.split())
+
+
+def _key_identity(event: Any) -> tuple[str, str]:
+    if event.style is None and event.implicit[0]:
+        return core_tag(event.value), event.value
+    return event.tag or STR_TAG, event.value
+
+
+def scan(text: str, chunk: Chunk) -> str | None:
+    """The document's top-level `kind` (None when it has none); Problem on a syntax error or a
+    duplicate key, with the input's line. Builds no Python objects."""
+    # Each open collection: [is a mapping, expecting a key next, {key: its line}].
+    stack: list[list[Any]] = []
+    kind: str | None = None
+    last_key: str | None = None
+    try:
+        event: Any
+        for event in yaml.parse(text, Loader=_FastLoader):
+            cls = event.__class__
+            if cls is yaml.MappingEndEvent or cls is yaml.SequenceEndEvent:
+                stack.pop()
+                continue
+            if cls not in (
+                yaml.ScalarEvent,
+                yaml.MappingStartEvent,
+                yaml.SequenceStartEvent,
+                yaml.AliasEvent,
+            ):
+                continue
+            if stack and stack[-1][0]:
+                parent = stack[-1]
+                if parent[1]:  # a key
+                    parent[1] = False
+                    if cls is yaml.ScalarEvent and event.value != "<<":
+                        identity = _key_identity(event)
+                        first = parent[2].get(identity)
+                        if first is not None:
+                            raise Problem(
+                                chunk.input_line(event.start_mark.line),
+                                f"duplicate key {event.value!r} in a mapping (first at line "
+                                f"{chunk.input_line(first)}); kubectl refuses it: keep one",
+                            )
+                        parent[2][identity] = event.start_mark.line
+                        if len(stack) == 1:
+                            last_key = event.value
+                else:
+                    parent[1] = True
+                    if len(stack) == 1 and last_key == "kind" and cls is yaml.ScalarEvent:
+                        kind = event.value
+            if cls is yaml.MappingStartEvent:
+                stack.append([True, True, {}])
+            elif cls is yaml.SequenceStartEvent:
+                stack.append([False, False, None])
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        if exc.context_mark is not None and (mark is None or mark.index >= len(text.rstrip())):
+            mark = exc.context_mark  # e.g. an unclosed `[`: where it opened, not the end
+        line = chunk.input_line(mark.line if mark is not None else 0)
+        raise Problem(line, f"not valid YAML: {_one_line(exc)}") from None
+    except yaml.YAMLError as exc:
+        raise Problem(chunk.line, f"not valid YAML: {' '.join(str(exc).split())}") from None
+    return kind
+
+
+# -- the round trip ---------------------------------------------------------------------------
+
+_PREFIX = re.compile(r"\A(?:[ \t]*(?:#[^\n]*)?\n|%[^\n]*\n)*---[ \t]*(?:#[^\n]*)?\r?\n")
+_SUFFIX = re.compile(r"^\.\.\.[^\n]*\n?\Z", re.M)
+
+
+@dataclass
+class Document:
+    """A document read for a round trip: `tree` (ruamel's, with comments) and the verbatim text
+    around it (leading comments and `---`, a final `...`)."""
+
+    tree: Any
+    prefix: str
+    body: str
+    suffix: str
+
+
+def _yaml(body: str = "") -> YAML:
+    rt = YAML(typ="rt", pure=True)
+    rt.Resolver = _CoreResolver
+    rt.preserve_quotes = True
+    rt.width = 1_000_000  # never fold a long line the input did not fold
+    mapping, offset = guess_indent(body)
+    rt.indent(mapping=mapping, sequence=offset + 2, offset=offset)
+    return rt
+
+
+def load(text: str, chunk: Chunk) -> Document:
+    """The document for a round trip; Problem (with the input's line) if ruamel cannot read
+    it (the fast pass has seen it already, so this is rare)."""
+    prefix_match = _PREFIX.match(text)
+    prefix = prefix_match.group() if prefix_match else ""
+    rest = text[len(prefix) :]
+    suffix_match = _SUFFIX.search(rest)
+    suffix = suffix_match.group() if suffix_match else ""
+    body = rest[: len(rest) - len(suffix)]
+    try:
+        tree = _yaml().load(body)
+    except RuamelYAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        offset = prefix.count("\n") + (mark.line if mark is not None else 0)
+        raise Problem(chunk.input_line(offset), f"not valid YAML: {_one_line(exc)}") from None
+    return Document(tree, prefix, body, suffix)
+
+
+def dump(document: Document) -> str:
+    """The document's text after a change, with its verbatim prefix and suffix."""
+    out = io.StringIO()
+    _yaml(document.body).dump(document.tree, out)
+    text = out.getvalue()
+    if "\r\n" in document.body:
+        text = text.replace("\n", "\r\n")
+    return document.prefix + text + document.suffix
+
+
+def guess_indent(text: str) -> tuple[int, int]:
+    """(mapping indent, dash offset of block sequences) as the text writes them; kubectl's
+    (2, 0) when it shows neither."""
+    mapping: int | None = None
+    offset: int | None = None
+    key_indent: int | None = None  # column of the key on the previous line, if it ends in ':'
+    for line in text.splitlines():
+        stripped = line.lstrip(" ")
+        if not stripped or stripped.startswith("#"):
+            continue
+        column = len(line) - len(stripped)
+        if key_indent is not None:
+            if stripped.startswith("- ") and column >= key_indent:
+                offset = column - key_indent if offset is None else offset
+            elif column > key_indent:
+                mapping = column - key_indent if mapping is None else mapping
+        if mapping is not None and offset is not None:
+            break
+        while stripped.startswith("- "):  # "- name:" opens a mapping where "name" starts
+            rest = stripped[2:].lstrip(" ")
+            column += len(stripped) - len(rest)
+            stripped = rest
+        head = stripped.split(" #", 1)[0].rstrip()
+        key_indent = column if head.endswith(":") and head[0] not in "'\"{[" else None
+    return mapping or 2, offset or 0
+
+
+def to_plain(node: Any) -> Any:
+    """ruamel's tree as plain dicts, lists, str, int, float, bool and None."""
+    if isinstance(node, dict):
+        return {to_plain(k): to_plain(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [to_plain(v) for v in node]
+    if isinstance(node, bool) or node is None:
+        return node
+    if isinstance(node, int):
+        return bool(node) if type(node).__name__ == "ScalarBoolean" else int(node)
+    if isinstance(node, float):
+        return float(node)
+    if isinstance(node, str):
+        return str(node)
+    value = getattr(node, "value", None)  # a TaggedScalar (a custom tag): its text
+    return str(value) if value is not None else node
+
+
+def to_node(value: Any) -> Any:
+    """A plain value to write: block-style collections, strings every reader takes as such."""
+    if isinstance(value, dict):
+        mapping = CommentedMap()
+        for key, item in value.items():
+            mapping[key] = to_node(item)
+        return mapping
+    if isinstance(value, list):
+        return CommentedSeq(to_node(v) for v in value)
+    if isinstance(value, str) and _ambiguous(value):
+        return SingleQuotedScalarString(value)
+    return value
+
+
+def _element_key(value: Any) -> str:
+    """What aligns list elements: a container, volume, env var or mount by its name (and
+    path), anything else by its whole value."""
+    if isinstance(value, dict):
+        ident = {k: value[k] for k in ("name", "mountPath") if k in value}
+        if ident:
+            return json.dumps(ident, sort_keys=True, default=str)
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def merge(node: Any, old: Any, new: Any) -> Any:
+    """Change ruamel's `node` (read as `old`) into `new` in place, touching only what differs:
+    untouched keys and items keep their comments and styles. Returns the node to store."""
+    if old is new or (type(old) is type(new) and old == new):
+        return node
+    if isinstance(node, dict) and isinstance(old, dict) and isinstance(new, dict):
+        was_empty = not node
+        for key in [k for k in node if to_plain(k) not in new]:
+            del node[key]
+        for key, value in new.items():
+            if key in old and key in node:
+                merged = merge(node[key], old[key], value)
+                if merged is not node[key]:
+                    node[key] = merged
+            else:
+                node[key] = to_node(value)
+        if was_empty and isinstance(node, CommentedMap):
+            node.fa.set_block_style()
+        return node
+    if isinstance(node, list) and isinstance(old, list) and isinstance(new, list):
+        was_empty = not node
+        matcher = difflib.SequenceMatcher(
+            None, [_element_key(v) for v in old], [_element_key(v) for v in new], autojunk=False
+        )
+        for tag, i1, i2, j1, j2 in reversed(matcher.get_opcodes()):
+            pairs = min(i2 - i1, j2 - j1) if tag in ("equal", "replace") else 0
+            for k in range(pairs):
+                merged = merge(node[i1 + k], old[i1 + k], new[j1 + k])
+                if merged is not node[i1 + k]:
+                    node[i1 + k] = merged
+            for _ in range(i2 - i1 - pairs):
+                del node[i1 + pairs]
+            for k, value in enumerate(new[j1 + pairs : j2]):
+                node.insert(i1 + pairs + k, to_node(value))
+        if was_empty and isinstance(node, CommentedSeq):
+            node.fa.set_block_style()
+        return node
+    return to_node(new)
