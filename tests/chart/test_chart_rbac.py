@@ -13,9 +13,10 @@ import ast
 import functools
 import inspect
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,6 +39,8 @@ OTHER_CREDENTIALS = {
     "commands": "CLI commands run with the user's kubeconfig",
     "sessions": "session commands (exec, attach, copy) run with the user's kubeconfig",
     "controller": "the controller (issue 13) has its own ServiceAccount",
+    "schedules": "profiling schedules run in the controller (their roles: their own template)",
+    "results": "the results page runs in the controller's pod; its /api paths are its own",
 }
 # Calls only certificatesMode `self` makes (webhook.certs rotation through webhook.kube.secrets).
 SELF_MODE_RESOURCES = {
@@ -394,6 +397,92 @@ def test_secret_name_value_names_the_secret_and_the_grant() -> None:
 
 def test_other_service_account_names_are_bound() -> None:
     manifest = render(sets=["serviceAccount.create=false", "serviceAccount.name=platform-sa"])
-    assert not manifest.has("ServiceAccount")
+    assert not manifest.has("ServiceAccount", FULLNAME)
     assert grants_of(manifest, "platform-sa")
     assert not grants_of(manifest, FULLNAME)
+
+
+# ---------------------------------------------------------------- the controller (issue 13)
+
+CONTROLLER_SA = f"{FULLNAME}-controller"
+# The controller's own roles (templates/controller.yaml). Other roles bound to its
+# ServiceAccount (the schedules', in their own template) are checked by their own tests.
+CONTROLLER_PURPOSES = {
+    "controller-leader-election", "controller-pod-reader", "controller-namespace-reader",
+    "controller-events", "controller-eviction", "controller-exec",
+}  # fmt: skip
+# The client's websocket exec is a GET (`get` on pods/exec); apiservers from 1.30 also check
+# `create` on the upgrade (KEP-4006), so both are granted for the one call.
+WEBSOCKET_EXEC_CREATE = ("", "pods/exec", "create")
+
+
+def _source_calls(function: Callable[..., Any]) -> list[Call]:
+    import textwrap
+
+    source = textwrap.dedent(inspect.getsource(function))
+    where = f"{inspect.getsourcefile(function)}:{function.__qualname__}"
+    return list(calls_in(source, where))
+
+
+def controller_calls() -> list[Call]:
+    """Every API call the controller makes: its own modules, plus the two it makes through
+    shared code (the policy gate's namespace look-up, the session code's exec)."""
+    from webhook.kube.access import KubernetesClusterAPI
+    from webhook.sessions.session import Session
+
+    found: list[Call] = []
+    for path in sorted((WEBHOOK / "controller").rglob("*.py")) + [
+            WEBHOOK / "commands" / "controller.py"]:
+        found += calls_in(path.read_text(), str(path.relative_to(REPO)))
+    found += _source_calls(KubernetesClusterAPI.namespace_labels)  # PolicyGate.rule_for
+    found += _source_calls(Session.exec)  # onExpiry stop (webhook.controller.kubeapi)
+    return found
+
+
+def controller_grants(manifest: Manifest) -> list[Grant]:
+    return [g for g in grants_of(manifest, CONTROLLER_SA)
+            if g.role.split("/", 1)[1].removeprefix(f"{FULLNAME}-") in CONTROLLER_PURPOSES]
+
+
+def test_the_scanner_finds_the_controllers_calls() -> None:
+    used = {call.permission for call in controller_calls()}
+    for known in [("coordination.k8s.io", "leases", "update"), ("", "pods", "list"),
+                  ("", "pods/eviction", "create"), ("", "events", "create"),
+                  ("", "pods/exec", "get"), ("", "namespaces", "get")]:
+        assert known in used, (known, _where(controller_calls()))
+
+
+@pytest.mark.parametrize("kube_version", [KUBE_OLD, KUBE_NEW])
+def test_controller_rbac_is_exactly_what_its_code_calls(kube_version: str) -> None:
+    calls = controller_calls()
+    grants = controller_grants(render(kube_version=kube_version))
+    used = {c.permission for c in calls} | {WEBSOCKET_EXEC_CREATE}
+    _compare(used, [g.permission for g in grants], _where(calls))
+    # One role per purpose; only the Lease is namespaced, and renewing it names it.
+    roles = {(g.role, g.namespace) for g in grants}
+    assert (f"Role/{FULLNAME}-controller-leader-election", NAMESPACE) in roles
+    assert all(role.startswith("ClusterRole/") for role, _ in roles - {
+        (f"Role/{FULLNAME}-controller-leader-election", NAMESPACE)})
+    for grant in grants:
+        if grant.permission[1] == "leases" and grant.permission[2] != "create":
+            assert grant.resource_names == (f"{FULLNAME}-controller",), grant
+        if grant.permission[1] == "pods":
+            assert grant.permission == ("", "pods", "list"), grant  # never delete, never patch
+
+
+def test_controller_without_exec_loses_only_the_exec_role() -> None:
+    calls = controller_calls()
+    grants = controller_grants(render(sets=["controller.allowExec=false"]))
+    used = {c.permission for c in calls} - {("", "pods/exec", "get")}
+    _compare(used, [g.permission for g in grants], _where(calls))
+
+
+def test_the_controller_is_not_bound_to_the_webhooks_roles_and_can_be_switched_off() -> None:
+    manifest = render()
+    assert not grants_of(manifest, FULLNAME, NAMESPACE) or all(
+        not g.role.removeprefix("ClusterRole/").removeprefix("Role/").startswith(CONTROLLER_SA)
+        for g in grants_of(manifest, FULLNAME))
+    assert {g.role for g in grants_of(manifest, CONTROLLER_SA)} >= {
+        f"ClusterRole/{FULLNAME}-controller-pod-reader"}
+    off = render(sets=["controller.enabled=false"])
+    assert not grants_of(off, CONTROLLER_SA) and not off.has("Deployment", CONTROLLER_SA)
