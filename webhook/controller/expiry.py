@@ -136,6 +136,9 @@ class ExpiryPass:
         self.sidecar_name = sidecar_name
         self.may_act = may_act
         self._now = wall_clock
+        # Pods evicted by this replica: the list (from the watch cache) may show one without its
+        # deletionTimestamp for a moment, and one eviction per pod is enough.
+        self._evicted: set[str] = set()
 
     def list_pods(self) -> list[dict[str, Any]]:
         # resourceVersion=0: served from the apiserver's watch cache, cheap on a big cluster.
@@ -149,7 +152,8 @@ class ExpiryPass:
         sessions: list[Session] = []
         for pod in self.list_pods():
             if is_active_pod(pod):
-                sessions += sessions_of(pod, self.sidecar_name)
+                sessions += [s for s in sessions_of(pod, self.sidecar_name)
+                             if s.uid not in self._evicted]
         result.verdicts = judge(sessions, self.rules, now, result.skipped)
         self._count(result.verdicts)
         by_pod: dict[str, list[Verdict]] = {}
@@ -257,6 +261,7 @@ class ExpiryPass:
             metrics.ACTIONS.labels(action="evict", result="failed").inc()
             log.error("%s: eviction failed: %s", where, error)
             return "failed"
+        self._evicted.add(session.uid)
         metrics.ACTIONS.labels(action="evict", result="evicted").inc()
         log.warning("%s: evicted: %s", where, why)
         self._event(session, "DebugSessionEvicted", f"{why}; the pod was evicted",

@@ -186,6 +186,14 @@ def test_evict_honours_the_disruption_budget_and_retries(tmp_path: Path) -> None
     # The pod is terminating now: no second eviction.
     expiry_pass(api, rules).run()
     assert len(api.evictions) == 1
+    # Nor when the (cached) list still shows it without its deletionTimestamp.
+    del api.pods[0]["metadata"]["deletionTimestamp"]
+    runner = expiry_pass(api, rules)
+    api.pods.append(injected("web2", created=NOW - HOUR))
+    runner.run()
+    del api.pods[1]["metadata"]["deletionTimestamp"]
+    assert runner.run().actions == []
+    assert [e["metadata"]["name"] for e in api.evictions] == ["web", "web", "web2"]
 
 
 def test_evict_uses_policy_v1_from_kubernetes_1_22_and_one_eviction_per_pod(
