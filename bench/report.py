@@ -49,7 +49,7 @@ def targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
             rows.append(_target(
                 "handler p99 vs null handler, typical pod, concurrency 8",
                 typical8["p99_delta_ms"] <= P99_BUDGET_MS,
-                f"+{typical8['p99_delta_ms']:.2f} ms ({typical8['webhook_p99_ms']:.2f} vs "
+                f"{typical8['p99_delta_ms']:+.2f} ms ({typical8['webhook_p99_ms']:.2f} vs "
                 f"{typical8['null_p99_ms']:.2f} ms)", f"<= +{P99_BUDGET_MS} ms"))
         if typical8:
             rows.append(_target(
