@@ -25,7 +25,7 @@ from typing import Any
 
 from webhook.controller import metrics
 from webhook.controller.expiry import ExpiryPass, RuleSource
-from webhook.controller.kubeapi import ApiError, ClientApi
+from webhook.controller.kubeapi import ApiError, ClientApi, KubeApi
 from webhook.controller.lease import LeaderElector, Timing
 
 log = logging.getLogger(__name__)
@@ -54,15 +54,20 @@ def _one_line(error: BaseException) -> str:
 
 class Controller:
     def __init__(self, api_client: Any, elector_client: Any, rules: RuleSource,
-                 options: Options) -> None:
+                 options: Options, *, api: KubeApi | None = None,
+                 elector_api: KubeApi | None = None) -> None:
+        """`api_client` does the work (and is what the schedules get), `elector_client` only
+        the Lease (its calls never queue behind a long pass); `api`/`elector_api` replace
+        them in tests."""
         self.api_client = api_client
         self.options = options
         self.stop = threading.Event()
         self.wake = threading.Event()
-        self.elector = LeaderElector(ClientApi(elector_client), options.lease_namespace,
-                                     options.lease_name, options.identity, options.timing,
+        self.elector = LeaderElector(elector_api or ClientApi(elector_client),
+                                     options.lease_namespace, options.lease_name,
+                                     options.identity, options.timing,
                                      on_change=self._leadership_changed)
-        self.expiry = ExpiryPass(ClientApi(api_client), rules, identity=options.identity,
+        self.expiry = ExpiryPass(api or ClientApi(api_client), rules, identity=options.identity,
                                  sidecar_name=options.sidecar_name,
                                  may_act=lambda: self.elector.is_leader)
         self._tick: Callable[..., Any] | None = None
@@ -105,14 +110,14 @@ class Controller:
             self.stop.set()
             self.wake.set()
 
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
         address, port = self.options.metrics_address, self.options.metrics_port
         try:
             server = metrics.serve(address, port, self.healthy)
         except OSError as error:
             raise StartError(f"cannot serve /metrics on {address}:{port}: "
                              f"{error.strerror or error}") from error
+        previous = {signum: signal.signal(signum, on_signal)
+                    for signum in (signal.SIGTERM, signal.SIGINT)}
         metrics.LEADER.set(0)
         elector = threading.Thread(target=self.elector.run, args=(self.stop,), name="lease")
         elector.start()
@@ -130,4 +135,6 @@ class Controller:
             self.stop.set()
             elector.join(timeout=self.elector.call_timeout * 2 + 5)
             server.shutdown()
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
         return 0
