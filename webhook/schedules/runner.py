@@ -368,22 +368,28 @@ def record(cluster: Cluster, store: Store, schedule: Schedule, namespace: str, p
 
 
 def retention(environ: Mapping[str, str]) -> tuple[int | None, timedelta | None]:
-    keep_text = environ.get(constants.ENV_RESULTS_KEEP, "")
-    age_text = environ.get(constants.ENV_RESULTS_MAX_AGE, "")
+    """(runs kept per pod, maximum age) from the environment: unset gives the defaults;
+    "0" and "" (the chart's way to say so) mean no limit."""
     keep: int | None = DEFAULT_KEEP
     max_age: timedelta | None = DEFAULT_MAX_AGE
-    if keep_text:
-        keep = int(keep_text) if keep_text.isdigit() else DEFAULT_KEEP
-        if not keep_text.isdigit():
+    keep_text = environ.get(constants.ENV_RESULTS_KEEP)
+    if keep_text is not None:
+        if keep_text.strip().isdigit():
+            keep = int(keep_text) or None
+        elif keep_text.strip():
             log.warning("%s=%r is not a number; keeping %d runs per pod",
                         constants.ENV_RESULTS_KEEP, keep_text, DEFAULT_KEEP)
-        keep = keep or None  # 0: no limit by count
-    if age_text:
-        if re.fullmatch(r"([0-9]+[dhms])+", age_text):
-            max_age = parse_duration(age_text) or None
         else:
+            keep = None
+    age_text = environ.get(constants.ENV_RESULTS_MAX_AGE)
+    if age_text is not None:
+        if re.fullmatch(r"([0-9]+[dhms])+", age_text.strip()):
+            max_age = parse_duration(age_text.strip()) or None
+        elif age_text.strip():
             log.warning("%s=%r is not a duration like 30d; keeping runs for %s",
                         constants.ENV_RESULTS_MAX_AGE, age_text, DEFAULT_MAX_AGE)
+        else:
+            max_age = None
     return keep, max_age
 
 

@@ -270,3 +270,15 @@ def test_api_cluster_bpftrace_profile_is_collapsed(tmp_path: Path,
     assert "profile:hz:99" in script and "interval:s:5" in script
     assert "ns.inum == $NS" in script
     assert folded.parse(folded.format_stacks(profile.stacks)) == profile.stacks
+
+
+@pytest.mark.parametrize("environ,expected", [
+    ({}, (runner.DEFAULT_KEEP, runner.DEFAULT_MAX_AGE)),
+    ({constants.ENV_RESULTS_KEEP: "5", constants.ENV_RESULTS_MAX_AGE: "12h"},
+     (5, timedelta(hours=12))),
+    ({constants.ENV_RESULTS_KEEP: "0", constants.ENV_RESULTS_MAX_AGE: ""}, (None, None)),
+    ({constants.ENV_RESULTS_KEEP: "many", constants.ENV_RESULTS_MAX_AGE: "soon"},
+     (runner.DEFAULT_KEEP, runner.DEFAULT_MAX_AGE)),
+])
+def test_retention_settings(environ: dict[str, str], expected: tuple[Any, Any]) -> None:
+    assert runner.retention(environ) == expected
