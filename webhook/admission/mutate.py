@@ -34,9 +34,6 @@ MALFORMED_REQUEST = "malformed-request"
 _BAD_REQUESTS = frozenset(
     {"unknown-profile", "unknown-mode", pipeline.MALFORMED, MALFORMED_REQUEST}
 )
-# The request's own fields; the object is judged by what kind of review it is (a Pod, an
-# EphemeralContainers, something not handled).
-_ENVELOPE = {k: v for k, v in shape.REQUEST.items() if k not in ("object", "oldObject")}
 log = logging.getLogger(REVIEW_LOGGER)
 HANDLED_API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 
@@ -107,7 +104,7 @@ class Mutator:
                 )
             elif not isinstance(body.get("request"), dict):
                 outcome = _ignored("no-request", "AdmissionReview has no request")
-            elif problem := shape.problem(body["request"], _ENVELOPE, "request"):
+            elif problem := shape.problem(body["request"], shape.ENVELOPE, "request"):
                 # The apiserver never sends such a request; a client talking to the webhook
                 # directly can. Refused with the field named, uid echoed if it is readable.
                 api_version = body["apiVersion"]

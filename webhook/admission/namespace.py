@@ -6,6 +6,7 @@ import logging
 
 from webhook import constants
 from webhook.admission import review as admission
+from webhook.inject import shape
 from webhook.policy.gate import PolicyGate
 
 log = logging.getLogger(__name__)
@@ -15,6 +16,20 @@ def review_namespace(request: admission.Request, engine: PolicyGate) -> admissio
     """Validating check on namespaces: only subjects with `use` on debugprofiles
     `namespace-opt-in` may add the opt-in label or change it to the enabled value."""
     settings = engine.settings
+    problem = (
+        shape.problem(request, shape.ENVELOPE, "request")
+        or shape.problem(request.get("object"), shape.NAMESPACE, "request.object")
+        or shape.problem(request.get("oldObject"), shape.NAMESPACE, "request.oldObject")
+    )
+    if problem is not None:
+        # The apiserver never sends such a review; a client calling the webhook directly can.
+        uid = request.get("uid")
+        return admission.build_response(
+            {"uid": uid if isinstance(uid, str) else ""},
+            allowed=False,
+            code=400,
+            message=f"sidecar-debug cannot read the namespace review: {problem}",
+        )
     operation = request.get("operation")
     new = request.get("object") or {}
     old = request.get("oldObject") or {}

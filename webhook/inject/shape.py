@@ -59,6 +59,10 @@ REQUEST: Final = {
     "options": OBJECT,
 }
 
+# The request's own fields: its objects are judged by what the review is about (a Pod, an
+# EphemeralContainers, a Namespace, something not handled).
+ENVELOPE: Final = {k: v for k, v in REQUEST.items() if k not in ("object", "oldObject")}
+
 _CONTAINER: Final = {
     "name": STRING,
     "image": STRING,
@@ -132,6 +136,13 @@ POD: Final = {
         "hostNetwork": BOOLEAN,
         "securityContext": OBJECT,
     },
+}
+
+# A Namespace, as far as the namespace-label gate reads it.
+NAMESPACE: Final = {
+    "apiVersion": STRING,
+    "kind": STRING,
+    "metadata": {"name": STRING, "labels": map_of(STRING), "annotations": map_of(STRING)},
 }
 
 # The `EphemeralContainers` object Kubernetes 1.20-1.21 send for pods/ephemeralcontainers.

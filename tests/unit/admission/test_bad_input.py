@@ -389,3 +389,36 @@ def test_json_null_counts_as_absent_where_the_sidecar_is_written(
     assert response["auditAnnotations"][constants.AUDIT_DECISION] == "injected", response
     patched = apply_patch(pod, decode_patch(review))
     assert STATUS in patched["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (("object", "metadata", "labels"), "request.object.metadata.labels must be an object"),
+        (("object", "metadata"), "request.object.metadata must be an object, got list"),
+        (("oldObject",), "request.oldObject must be an object, got list"),
+        (("userInfo",), "request.userInfo must be an object, got list"),
+    ],
+)
+def test_a_malformed_namespace_review_is_a_400_naming_the_field(
+    tracebacks: Tracebacks, change: tuple[str, ...], field: str
+) -> None:
+    from tests.unit.policy.test_policy import FakeCluster, make_gate
+    from webhook.admission.namespace import review_namespace
+
+    namespace = {"metadata": {"name": "team-a", "labels": {"debug": "enabled"}}}
+    request: Any = {
+        "uid": UID,
+        "operation": "UPDATE",
+        "object": namespace,
+        "oldObject": {"metadata": {"name": "team-a"}},
+        "userInfo": {"username": "alice"},
+    }
+    target = request
+    for key in change[:-1]:
+        target = target[key]
+    target[change[-1]] = ["x"]
+    answer = review_namespace(request, make_gate(default_settings(), FakeCluster()))
+    response: Any = answer["response"]
+    assert (response["uid"], response["allowed"], response["status"]["code"]) == (UID, False, 400)
+    assert field in response["status"]["message"]

@@ -412,3 +412,85 @@ def test_ten_thousand_hostile_reviews_get_answers_and_no_traceback(
     assert sum(decisions.values()) >= EXAMPLES
     for outcome in ("injected", "attached", "denied", "skipped", "ignored"):
         assert decisions.get(outcome, 0) >= 50, decisions
+
+
+NAMESPACE_EXAMPLES = 2_000
+
+
+def _namespace_review(old_labels: dict[str, str] | None) -> dict[str, Any]:
+    def namespace(labels: dict[str, str] | None) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"name": "team-a"}
+        if labels is not None:
+            metadata["labels"] = labels
+        return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
+
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "fuzz-ns",
+            "kind": {"group": "", "version": "v1", "kind": "Namespace"},
+            "resource": {"group": "", "version": "v1", "resource": "namespaces"},
+            "name": "team-a",
+            "operation": "UPDATE",
+            "userInfo": copy.deepcopy(ALICE),
+            "object": namespace({"debug": "enabled", "team": "a"}),
+            "oldObject": namespace(old_labels),
+        },
+    }
+
+
+NAMESPACE_CORPUS = [
+    (json.dumps(review), sorted(_paths(review), key=len))
+    for review in (_namespace_review({"team": "a"}), _namespace_review(None))
+]
+
+
+@st.composite
+def hostile_namespace_reviews(draw: st.DrawFn) -> dict[str, Any]:
+    text, paths = draw(st.sampled_from(NAMESPACE_CORPUS))
+    review: dict[str, Any] = json.loads(text)
+    for _ in range(draw(st.integers(min_value=1, max_value=3))):
+        path = draw(st.sampled_from(paths))
+        parent = _parent(review, path)
+        if parent is not None:
+            parent[path[-1]] = draw(st.sampled_from(TRICKY) | json_values)
+    return review
+
+
+def test_hostile_namespace_reviews_get_answers_and_no_traceback(
+    tmp_path: Path, tracebacks: Tracebacks
+) -> None:
+    """The namespace-label gate's route (/validate-namespace) likewise."""
+    from webhook.server.app import namespace_gate
+
+    webhook_settings = load_settings(environ={})
+    cluster = FuzzCluster()
+    cluster.grants.add(("alice", constants.NAMESPACE_OPT_IN_GRANT, "team-a"))
+    gate = make_gate(webhook_settings, cluster, POLICY, tmp_path)
+    app = create_app(webhook_settings, gate, namespace_reviewer=namespace_gate(gate))
+    client = app.test_client()
+    outcomes: dict[str, int] = {}
+
+    @settings(
+        max_examples=NAMESPACE_EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(hostile_namespace_reviews())
+    def review(body: dict[str, Any]) -> None:
+        tracebacks.found.clear()
+        reply = client.post(
+            "/validate-namespace", data=json.dumps(body), content_type="application/json"
+        )
+        assert reply.status_code == 200, reply.data[:300]
+        _check_answer(body, reply.status_code, reply.data)
+        assert tracebacks.found == [], tracebacks.found
+        response = reply.get_json()["response"]
+        key = "allowed" if response["allowed"] else str(response["status"]["code"])
+        outcomes[key] = outcomes.get(key, 0) + 1
+
+    review()
+    assert outcomes.get("allowed", 0) >= 50 and outcomes.get("400", 0) >= 50, outcomes
