@@ -96,6 +96,7 @@ BAD_INPUT: list[Any] = [
     ("trace", ["pod"], 2, "{kubeconfig}"),
     ("doctor", ["pod"], 2, "{kubeconfig}"),
     ("attach", ["pod"], 2, "{kubeconfig}"),
+    ("trap", ["pod", "--cpu", "80"], 2, "{kubeconfig}"),
     ("sessions", [], 2, "{kubeconfig}"),
     ("controller", ["--policy", MISSING], 2, MISSING),
     ("controller", [], 2, "{kubeconfig}"),
