@@ -27,6 +27,7 @@ import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError as RuamelYAMLError
+from ruamel.yaml.representer import RoundTripRepresenter
 from ruamel.yaml.resolver import VersionedResolver
 from ruamel.yaml.scalarstring import SingleQuotedScalarString
 
@@ -258,6 +259,13 @@ def scan(text: str, chunk: Chunk) -> str | None:
                 parent = stack[-1]
                 if parent[1]:  # a key
                     parent[1] = False
+                    if cls is yaml.MappingStartEvent or cls is yaml.SequenceStartEvent:
+                        shape = "mapping" if cls is yaml.MappingStartEvent else "list"
+                        raise Problem(
+                            chunk.input_line(event.start_mark.line),
+                            f"a mapping key is a {shape}; Kubernetes objects need text keys "
+                            "(an unrendered template such as {{ .Value }}?)",
+                        )
                     if cls is yaml.ScalarEvent and event.value != "<<":
                         identity = _key_identity(event)
                         first = parent[2].get(identity)
@@ -291,7 +299,7 @@ def scan(text: str, chunk: Chunk) -> str | None:
 
 # -- the round trip ---------------------------------------------------------------------------
 
-_PREFIX = re.compile(r"\A(?:[ \t]*(?:#[^\n]*)?\n|%[^\n]*\n)*---[ \t]*(?:#[^\n]*)?\r?\n")
+_PREFIX = re.compile(r"\A(?:[ \t]*(?:#[^\n]*)?\r?\n|%[^\n]*\n)*---[ \t]*(?:#[^\n]*)?\r?\n")
 _SUFFIX = re.compile(r"^\.\.\.[^\n]*\n?\Z", re.M)
 
 
@@ -306,9 +314,23 @@ class Document:
     suffix: str
 
 
+class _NullRepresenter(RoundTripRepresenter):
+    """Writes null as `null` (ruamel writes nothing), for documents that spell it so."""
+
+    def represent_none(self, data: Any) -> Any:
+        return self.represent_scalar("tag:yaml.org,2002:null", "null")
+
+
+_NullRepresenter.add_representer(type(None), _NullRepresenter.represent_none)
+_SPELLED_NULL = re.compile(r"^[^#\n]*:[ \t]+(?:null|Null|NULL|~)[ \t]*(?:#.*)?$", re.M)
+
+
 def _yaml(body: str = "") -> YAML:
     rt = YAML(typ="rt", pure=True)
     rt.Resolver = _CoreResolver
+    if _SPELLED_NULL.search(body):
+        # ruamel cannot tell `key:` from `key: null`; follow the document's spelling.
+        rt.Representer = _NullRepresenter
     rt.preserve_quotes = True
     rt.width = 1_000_000  # never fold a long line the input did not fold
     mapping, offset = guess_indent(body)
@@ -334,14 +356,100 @@ def load(text: str, chunk: Chunk) -> Document:
     return Document(tree, prefix, body, suffix)
 
 
-def dump(document: Document) -> str:
-    """The document's text after a change, with its verbatim prefix and suffix."""
+def _render(document: Document) -> str:
     out = io.StringIO()
     _yaml(document.body).dump(document.tree, out)
-    text = out.getvalue()
-    if "\r\n" in document.body:
-        text = text.replace("\n", "\r\n")
-    return document.prefix + text + document.suffix
+    return out.getvalue()
+
+
+def write(document: Document, old: Any, new: Any) -> str:
+    """The document's text with `document.tree` (read as `old`) changed into `new`.
+
+    ruamel.yaml writes a whole document with one indentation and its own spacing in flow
+    collections, so the changed lines are spliced into the original text instead: the lines
+    ruamel writes for the unchanged tree are aligned with the original's, and only the hunks
+    between that and the changed tree's lines are applied, at the aligned places. The result
+    is read back (libyaml, core schema) and must be `new`; if the splice cannot be placed or
+    reads differently, ruamel's whole document is written instead (also checked)."""
+    before = _render(document)
+    document.tree = merge(document.tree, old, new)
+    after = _render(document)
+    newline = "\r\n" if "\r\n" in document.body else "\n"
+    if newline != "\n":
+        before, after = before.replace("\n", newline), after.replace("\n", newline)
+    spliced = splice(document.body, before, after)
+    for body in (spliced, after):
+        if body is not None and _reads_as(body, new):
+            return document.prefix + body + document.suffix
+    raise ValueError("the injected document does not read back as the injected object")
+
+
+def splice(original: str, before: str, after: str) -> str | None:
+    """`original` with the line hunks that turn `before` into `after` applied where `before`'s
+    lines align with `original`'s; None when a hunk touches a line that does not align."""
+    if original and not original.endswith("\n"):
+        original += "\n"
+    o_lines = original.splitlines(keepends=True)
+    b_lines = before.splitlines(keepends=True)
+    a_lines = after.splitlines(keepends=True)
+    aligned: dict[int, int] = {}  # line of `before` -> the same line of `original`
+    matcher = difflib.SequenceMatcher(
+        None, [line.rstrip() for line in o_lines], [line.rstrip() for line in b_lines],
+        autojunk=False,
+    )
+    for tag, i1, i2, j1, _ in matcher.get_opcodes():
+        if tag == "equal":
+            aligned.update((j1 + k, i1 + k) for k in range(i2 - i1))
+    out: list[str] = []
+    done = 0  # lines of `original` already copied or replaced
+    hunks = difflib.SequenceMatcher(None, b_lines, a_lines, autojunk=False).get_opcodes()
+    for tag, j1, j2, k1, k2 in hunks:
+        if tag == "equal":
+            continue
+        if j2 > j1:  # lines of `before` replaced or deleted: they must align, in one run
+            places = [aligned.get(j) for j in range(j1, j2)]
+            first = places[0]
+            if first is None or places != list(range(first, first + len(places))):
+                return None
+            start, end = first, first + len(places)
+        elif j1 in aligned:  # an insertion before line j1
+            start = end = aligned[j1]
+        elif j1 - 1 in aligned:
+            start = end = aligned[j1 - 1] + 1
+        elif j1 == 0 or j1 == len(b_lines):
+            start = end = 0 if j1 == 0 else len(o_lines)
+        else:
+            return None
+        if start < done:
+            return None
+        out += o_lines[done:start]
+        out += a_lines[k1:k2]
+        done = end
+    out += o_lines[done:]
+    return "".join(out)
+
+
+class _CheckLoader(_FastLoader):  # type: ignore[misc,valid-type]
+    """libyaml with the core schema, to read a written document back."""
+
+    yaml_implicit_resolvers: dict[Any, Any] = {}
+
+    def construct_core_int(self, node: Any) -> int:
+        value = str(self.construct_scalar(node))
+        return int(value, 0) if value[1:2] in ("o", "x") else int(value, 10)
+
+
+for _tag, _regexp, _first in CORE_SCHEMA:
+    _CheckLoader.add_implicit_resolver(_tag, _regexp, list(_first) or [""])
+_CheckLoader.add_implicit_resolver(CORE_SCHEMA[0][0], CORE_SCHEMA[0][1], [""])
+_CheckLoader.add_constructor("tag:yaml.org,2002:int", _CheckLoader.construct_core_int)
+
+
+def _reads_as(text: str, expected: Any) -> bool:
+    try:
+        return bool(yaml.load(text, Loader=_CheckLoader) == expected)  # noqa: S506 - a SafeLoader
+    except yaml.YAMLError:
+        return False
 
 
 def guess_indent(text: str) -> tuple[int, int]:

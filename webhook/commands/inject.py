@@ -154,14 +154,15 @@ def inject_bytes(
             if not result.changed:
                 out.write(chunk.raw)
                 continue
-            document.tree = manifest_yaml.merge(document.tree, plain, result.document)
-            if manifest_yaml.to_plain(document.tree) != result.document:
+            try:
+                written = manifest_yaml.write(document, plain, result.document)
+            except ValueError:
                 raise manifest_yaml.Problem(
                     chunk.line,
                     "the injection could not be written into this document's YAML (a bug in "
                     "sidecar-debug: please report it with the document)",
-                )
-            out.write(manifest_yaml.dump(document).encode())
+                ) from None
+            out.write(written.encode())
         except manifest_yaml.Problem as problem:
             report.problem(chunk, problem)
             out.write(chunk.raw)

@@ -390,7 +390,36 @@ def test_merge_inserts_list_items_without_moving_the_comments_of_existing_ones()
     document = manifest_yaml.load(text, chunk)
     old = manifest_yaml.to_plain(document.tree)
     new = {"items": [{"name": "new"}, {"name": "a", "v": 2}, {"name": "b"}]}
-    document.tree = manifest_yaml.merge(document.tree, old, new)
-    assert manifest_yaml.dump(document) == (
+    assert manifest_yaml.write(document, old, new) == (
         "items:\n- name: new\n- name: a  # first\n  v: 2\n- name: b  # second\n"
     )
+
+
+def test_lines_ruamel_would_respell_are_kept_when_the_injection_does_not_touch_them() -> None:
+    source = (
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  creationTimestamp: null\nspec:\n"
+        "  containers:\n  - name: app\n    image: busybox\n"
+        '    command: [ "sh",  "-c" ]\n'  # ruamel would write ["sh", "-c"]
+        "    args:\n      - sleep 1\n"  # another offset than the rest: ruamel would re-indent
+    )
+    code, out, _ = inject(source, profile="lttng")
+    assert code == 0
+    diff = list(difflib.unified_diff(source.splitlines(), out.decode().splitlines(), n=0))
+    assert [line for line in diff[2:] if line.startswith("-")] == []
+    [pod] = docs(out)
+    assert pod["spec"]["containers"][1]["command"] == ["sh", "-c"]
+
+
+def test_a_document_the_splice_cannot_place_is_written_whole_and_still_reads_right() -> None:
+    # The app's volumeMounts list uses another dash offset than the document's other lists:
+    # the appended mount cannot go there, so ruamel writes the whole document (one indentation).
+    source = (
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n"
+        "    - name: app\n      image: busybox\n      volumeMounts:\n      - name: data\n"
+        "        mountPath: /data\n  volumes:\n    - name: data\n      emptyDir: {}\n"
+    )
+    code, out, _ = inject(source, profile="lttng")
+    assert code == 0
+    [pod] = docs(out)
+    mounts = pod["spec"]["containers"][1]["volumeMounts"]
+    assert [m["mountPath"] for m in mounts] == ["/data", "/var/run/lttng"]
