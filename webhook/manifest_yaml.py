@@ -429,7 +429,7 @@ def splice(original: str, before: str, after: str) -> str | None:
     return "".join(out)
 
 
-class _CheckLoader(_FastLoader):  # type: ignore[misc,valid-type]
+class _CheckLoader(_FastLoader):  # type: ignore[misc]
     """libyaml with the core schema, to read a written document back."""
 
     yaml_implicit_resolvers: dict[Any, Any] = {}
