@@ -527,7 +527,7 @@ def merge(node: Any, old: Any, new: Any) -> Any:
     if old is new or (type(old) is type(new) and old == new):
         return node
     if isinstance(node, dict) and isinstance(old, dict) and isinstance(new, dict):
-        was_empty = not node
+        added = False
         for key in [k for k in node if to_plain(k) not in new]:
             del node[key]
         for key, value in new.items():
@@ -537,11 +537,12 @@ def merge(node: Any, old: Any, new: Any) -> Any:
                     node[key] = merged
             else:
                 node[key] = to_node(value)
-        if was_empty and isinstance(node, CommentedMap):
-            node.fa.set_block_style()
+                added = True
+        if added and isinstance(node, CommentedMap):
+            node.fa.set_block_style()  # `{name: a}` + annotations: one key per line
         return node
     if isinstance(node, list) and isinstance(old, list) and isinstance(new, list):
-        was_empty = not node
+        length = len(node)
         matcher = difflib.SequenceMatcher(
             None, [_element_key(v) for v in old], [_element_key(v) for v in new], autojunk=False
         )
@@ -555,7 +556,7 @@ def merge(node: Any, old: Any, new: Any) -> Any:
                 del node[i1 + pairs]
             for k, value in enumerate(new[j1 + pairs : j2]):
                 node.insert(i1 + pairs + k, to_node(value))
-        if was_empty and isinstance(node, CommentedSeq):
-            node.fa.set_block_style()
+        if len(node) > length and isinstance(node, CommentedSeq):
+            node.fa.set_block_style()  # `[]` or `[a]` + new items: one item per line
         return node
     return to_node(new)

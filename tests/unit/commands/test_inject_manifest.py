@@ -423,3 +423,21 @@ def test_a_document_the_splice_cannot_place_is_written_whole_and_still_reads_rig
     [pod] = docs(out)
     mounts = pod["spec"]["containers"][1]["volumeMounts"]
     assert [m["mountPath"] for m in mounts] == ["/data", "/var/run/lttng"]
+
+
+def test_a_list_injects_its_pods_and_names_the_item_it_leaves_alone() -> None:
+    source = (
+        "apiVersion: v1\nkind: List\nitems:\n"
+        "- apiVersion: v1\n  kind: Pod\n  metadata: {name: a}\n  spec:\n"
+        "    containers:\n    - {name: a, image: b}\n"
+        "- apiVersion: v1\n  kind: Pod\n  metadata: {name: k, namespace: kube-system}\n"
+        "  spec:\n    containers:\n    - {name: a, image: b}\n"
+    )
+    code, out, err = inject(source, profile="lttng")
+    assert code == 0
+    text = out.decode()
+    # A flow mapping that gets keys is written one key per line; the skipped item is as it was.
+    assert "  metadata:\n    name: a\n    annotations:\n" in text
+    assert text.endswith("  metadata: {name: k, namespace: kube-system}\n  spec:\n"
+                         "    containers:\n    - {name: a, image: b}\n")
+    assert "document 1, List '(no name)' items[1]: Pod 'k': not injected" in err
