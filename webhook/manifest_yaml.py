@@ -420,6 +420,13 @@ def splice(original: str, before: str, after: str) -> str | None:
             start = end = 0 if j1 == 0 else len(o_lines)
         else:
             return None
+        if j2 == j1 and k2 > k1:
+            # Comment lines right above an insertion, at its indentation, describe the line
+            # they stood above (ruamel keeps them over the inserted item): insert above them.
+            head = a_lines[k1]
+            indent = head[: len(head) - len(head.lstrip(" "))]
+            while start > done and _is_comment_at(o_lines[start - 1], indent):
+                start = end = start - 1
         if start < done:
             return None
         out += o_lines[done:start]
@@ -427,6 +434,10 @@ def splice(original: str, before: str, after: str) -> str | None:
         done = end
     out += o_lines[done:]
     return "".join(out)
+
+
+def _is_comment_at(line: str, indent: str) -> bool:
+    return line.startswith(indent + "#")
 
 
 class _CheckLoader(_FastLoader):  # type: ignore[misc]

@@ -39,6 +39,7 @@ spec:
         app: web
     spec:
       containers:
+      # the app: keep this comment over it
       - name: web
         image: "node:20"  # pinned
         args:
@@ -113,6 +114,7 @@ def test_comments_order_and_styles_are_kept_so_the_diff_is_only_added_lines() ->
     assert removed == []  # not one input line changed or disappeared
     assert any("debug-toolset" in line for line in added)
     text = out.decode()
+    assert "# the app: keep this comment over it\n      - name: web\n" in out.decode()
     for kept in ("# The web tier. Owned by team A.", "name: web  # keep in sync", '"node:20"  #',
                  "matchLabels: {app: web}", "- |\n          first line", "value: 'hello'"):
         assert kept in text
