@@ -113,12 +113,26 @@ def compare(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "null_flask_rps": null_flask.get("rps"),
             "null_flask_cpu_ms": null_flask.get("cpu_ms_per_review"),
             "null_flask_p99_ms": null_flask.get("p99_ms"),
+            "flask_cost_ms": flask_cost(points, shape, concurrency),
             "rounds_rps": {"webhook": hook["rounds_rps"], "null-flask":
                            null_flask.get("rounds_rps"), "null": null["rounds_rps"]},
             "rounds_cpu_ms": {"webhook": hook["rounds_cpu_ms"], "null-flask":
                               null_flask.get("rounds_cpu_ms"), "null": null["rounds_cpu_ms"]},
         })
     return rows
+
+
+def flask_cost(points: Sequence[Mapping[str, Any]], shape: str,
+               concurrency: int) -> float | None:
+    """What Flask costs per request: the null Flask app's CPU per request minus the plain null
+    handler's, paired round by round (they ran back to back), the median over the rounds."""
+    cpu = {(p["server"], p.get("round", 0)): p.get("cpu_ms_per_review") for p in points
+           if p["shape"] == shape and p["concurrency"] == concurrency}
+    differences = sorted(
+        flask - plain for (server, round_index), flask in cpu.items()
+        if server == "null-flask" and flask is not None
+        and (plain := cpu.get(("null", round_index))) is not None)
+    return round(differences[len(differences) // 2], 3) if differences else None
 
 
 def worker_choice(cert: Path, key: Path, workdir: Path, specs: Sequence[ServerSpec], *,
