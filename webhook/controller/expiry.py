@@ -201,8 +201,8 @@ class ExpiryPass:
                 f"{verdict.rule_where}, onExpiry {verdict.rule.on_expiry}")
 
     def _event(self, session: Session, reason: str, message: str, *, warning: bool,
-               detail: str = "") -> bool:
-        """Create the Event; False when it exists already (reported before) or failed."""
+               detail: str = "") -> str:
+        """Create the Event: "created", "exists" (reported before) or "failed" (logged)."""
         now = format_time(self._now())
         body = {
             "apiVersion": "v1", "kind": "Event",
@@ -219,20 +219,25 @@ class ExpiryPass:
         try:
             self.api.call("POST", f"/api/v1/namespaces/{session.namespace}/events", body)
         except ApiError as error:
-            if error.status != 409:
-                log.warning("event %s on pod %s/%s: %s", reason, session.namespace, session.pod,
-                            error)
-            return False
-        return True
+            if error.status == 409:
+                return "exists"
+            log.warning("event %s on pod %s/%s: %s", reason, session.namespace, session.pod,
+                        error)
+            return "failed"
+        return "created"
 
     def _report(self, verdict: Verdict, *, action: str = constants.ON_EXPIRY_REPORT,
                 result: str = "reported", extra: str = "") -> str:
         session = verdict.session
         message = self._why(verdict) + (extra or "; nothing was removed")
-        if self._event(session, "DebugSessionExpired", message, warning=True,
-                       detail=session.container):
-            metrics.ACTIONS.labels(action=action, result=result).inc()
-            log.warning("%s/%s: %s", session.namespace, session.pod, message)
+        created = self._event(session, "DebugSessionExpired", message, warning=True,
+                              detail=session.container)
+        if created == "exists":
+            return "already-reported"  # by this replica or an earlier leader: nothing to do
+        if created == "failed":
+            result = "failed"  # no Event: tried again next pass
+        metrics.ACTIONS.labels(action=action, result=result).inc()
+        log.warning("%s/%s: %s", session.namespace, session.pod, message)
         return result
 
     def _evict(self, overdue: list[Verdict]) -> str:

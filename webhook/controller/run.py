@@ -87,8 +87,9 @@ class Controller:
             result = self.expiry.run()
             metrics.PASSES.labels(result="ok").inc()
             overdue = sum(1 for v in result.verdicts if v.overdue)
-            log.info("expiry pass: %d sessions, %d overdue, %d actions%s", len(result.verdicts),
-                     overdue, len(result.actions),
+            done = [a for a in result.actions if a[2] != "already-reported"]
+            log.info("expiry pass: %d sessions, %d overdue, %d acted on%s", len(result.verdicts),
+                     overdue, len(done),
                      f", {len(result.skipped)} undecided" if result.skipped else "")
         except ApiError as error:
             metrics.PASSES.labels(result="failed").inc()

@@ -118,8 +118,8 @@ def test_report_writes_one_event_per_session_and_counts_it(tmp_path: Path) -> No
     assert "expired at 2026-12-03T11:30:00Z" in event["message"]
     assert not api.evictions and not api.execs
     assert count("report", "reported") == before + 1
-    # Next pass: the same session is not reported again (the Event's name is fixed).
-    expiry_pass(api, rules).run()
+    # Next pass (even on another replica): not reported again (the Event's name is fixed).
+    assert expiry_pass(api, rules).run().actions == [("shop/old", "report", "already-reported")]
     assert len(events(api, "DebugSessionExpired")) == 1
     assert count("report", "reported") == before + 1
 
