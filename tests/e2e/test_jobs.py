@@ -12,6 +12,7 @@ import pytest
 
 from tests.cluster.cluster import Cluster
 from tests.e2e.conftest import (
+    RELEASE_NAMESPACE,
     SIDECAR,
     WEBHOOK_IMAGE,
     apply,
@@ -150,18 +151,56 @@ def test_cronjob_runs_complete(
     full_cluster.kubectl("delete", "cronjob", "tick", "-n", namespace, "--wait=false")
 
 
+def _webhook_log_entries(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    """The chart's webhook pods' JSON log lines about pods of `namespace`."""
+    entries: list[dict[str, Any]] = []
+    pods = cluster.kubectl_json("get", "pods", "-n", RELEASE_NAMESPACE, "-l",
+                                "app.kubernetes.io/component=webhook")["items"]
+    for pod in pods:
+        text = cluster.kubectl("logs", "-n", RELEASE_NAMESPACE, pod["metadata"]["name"]).stdout
+        for line in text.splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("namespace") == namespace:
+                entries.append(entry)
+    return entries
+
+
 def test_windows_pod_is_not_given_a_linux_sidecar(
         full_cluster: Cluster, chart_release: str, make_namespace: MakeNamespace) -> None:
-    """Server-side dry run (the one node is Linux, so the pod could not run): the webhook
-    skips it and says why in the audit reason."""
+    """Server-side dry run (the one node is Linux, so the pod could not run): the apiserver
+    sends the review to the chart's webhook, which skips the pod and says why (reason
+    unsupported-os in its log and the review's audit annotations). Its Linux twin in the same
+    namespace is injected: the webhook was asked both times."""
     namespace = make_namespace("windows", {"debug": "enabled"})
-    pod = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "win", "namespace": namespace},
-        "spec": {"nodeSelector": {"kubernetes.io/os": "windows"},
-                 "containers": [{"name": "app", "image": "example/windows-app:1"}]},
-    }
-    out = full_cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
-                               input=json.dumps(pod)).stdout
-    created = json.loads(out)
-    assert container_names(created) == ["app"] and not is_injected(created)
+
+    def pod(name: str, node_selector: dict[str, str]) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"nodeSelector": node_selector,
+                     "containers": [{"name": "app", "image": "example/app:1"}]},
+        }
+
+    def dry_run(manifest: dict[str, Any]) -> dict[str, Any]:
+        out = full_cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                                   input=json.dumps(manifest)).stdout
+        return dict(json.loads(out))
+
+    windows = dry_run(pod("win", {"kubernetes.io/os": "windows"}))
+    assert container_names(windows) == ["app"] and not is_injected(windows), windows["spec"]
+    ours = [v["name"] for v in windows["spec"].get("volumes") or []
+            if v["name"].startswith("sidecar-debug-")]
+    assert not ours and not windows["spec"].get("shareProcessNamespace"), windows["spec"]
+    linux = dry_run(pod("lin", {"kubernetes.io/os": "linux"}))
+    assert SIDECAR in container_names(linux) and is_injected(linux), container_names(linux)
+
+    def reasons() -> dict[str, str] | None:
+        found = {str(e.get("pod")): str(e.get("reason"))
+                 for e in _webhook_log_entries(full_cluster, namespace)}
+        return found if {"win", "lin"} <= set(found) else None
+
+    logged = wait_until(reasons, 30, "the webhook's log lines for both pods")
+    assert logged["win"] == "unsupported-os", logged
