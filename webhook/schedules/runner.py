@@ -109,25 +109,26 @@ def _frame(line: str, kernel: bool) -> str:
 
 def collapse_bpftrace(text: str) -> dict[folded.Stack, int]:
     """bpftrace's printed map `@[kstack, ustack, comm]: count` -> folded stacks
-    (comm;user frames root first;kernel frames root first, kernel frames marked _[k])."""
+    (comm;user frames root first;kernel frames root first, kernel frames marked _[k]).
+    Each entry is `@[` + the frames of each stack, elements separated by lines that start
+    with `,` (`@[, ` when the kernel stack is empty), ending with `, comm]: count`."""
     stacks: dict[folded.Stack, int] = {}
     elements: list[list[str]] = []
     inside = False
     for raw in text.splitlines():
         line = raw.rstrip()
         if not inside:
-            if line.startswith("@[") and not line.rstrip().endswith("]"):
-                inside = True
-                elements = [[]]
-                rest = line[2:].strip()
-                if rest:
-                    elements[-1].append(rest)
-            continue
-        end = re.match(r"^,?\s*(.*)\]:\s*(\d+)$", line)
+            if not line.startswith("@[") or re.match(r"^@\[.*\]:\s*\d+$", line):
+                continue  # not a stack entry (or a one-line entry of another map)
+            inside = True
+            elements = [[]]
+            line = line[2:]
+            if not line.strip():
+                continue
+        end = re.match(r"^(,?)\s*(.*)\]:\s*(\d+)$", line)
         if end:
-            if end.group(1):
-                elements.append([end.group(1)])
-            count = int(end.group(2))
+            if end.group(1) or end.group(2):
+                elements.append([end.group(2)] if end.group(2) else [])
             inside = False
             kernel = elements[0] if len(elements) > 2 else []
             user = elements[1] if len(elements) > 2 else elements[0]
@@ -136,11 +137,11 @@ def collapse_bpftrace(text: str) -> dict[folded.Stack, int]:
             frames += [_frame(f, False) for f in reversed(user) if f.strip()]
             frames += [_frame(f, True) for f in reversed(kernel) if f.strip()]
             key = tuple(frames)
-            stacks[key] = stacks.get(key, 0) + count
+            stacks[key] = stacks.get(key, 0) + int(end.group(3))
             continue
-        if line.startswith(","):
+        if line.lstrip().startswith(","):
             elements.append([])
-            rest = line[1:].strip()
+            rest = line.lstrip()[1:].strip()
             if rest:
                 elements[-1].append(rest)
         elif line.strip():

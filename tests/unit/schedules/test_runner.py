@@ -246,11 +246,14 @@ BPFTRACE_OUTPUT = """\
     fib+20
     main+40
 , node]: 7
-@[
-,{sp}
+@[,{sp}
     fib+20
     main+40
 , node]: 30
+@[,{sp}
+    0x7fc5da4cf5c7
+, node]: 2
+@cpu[3]: 9
 """.format(sp=" ")  # bpftrace ends the separator line with a space
 
 
@@ -265,6 +268,7 @@ def test_api_cluster_bpftrace_profile_is_collapsed(tmp_path: Path,
     assert profile.stacks == {
         ("node", "main", "fib", "0x7f00deadbeef", "do_syscall_64_[k]", "__x64_sys_write_[k]"): 7,
         ("node", "main", "fib"): 30,
+        ("node", "0x7fc5da4cf5c7"): 2,  # an empty kernel stack prints as `@[, `
     }
     script = session.commands[0][2]
     assert "profile:hz:99" in script and "interval:s:5" in script
