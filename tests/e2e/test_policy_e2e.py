@@ -55,6 +55,10 @@ spec:
       match:
         namespaces: ["pe-deny-*"]
       mode: deny
+    - name: both-namespaces
+      match:
+        namespaces: ["pe-both-*"]
+      grantSubject: both
 """
 RELOADED_RULE = """\
     - name: reloaded
@@ -321,6 +325,53 @@ def test_user_without_rights_gets_no_privileged_sidecar(webhook: LocalWebhook) -
     bob_pod = _create(cluster, _pod("by-bob", namespace), user="bob")
     status = _status(bob_pod)
     assert status is not None and status["profile"] == "full", status
+
+
+def test_grant_subject_both_needs_the_service_account_and_the_requester(
+    webhook: LocalWebhook,
+) -> None:
+    """Issue 12 item 13 against real SubjectAccessReviews: with `grantSubject: both` a bound
+    service account is not enough; the pod's creator must hold the grant too, so a
+    Deployment's pods (made by the ReplicaSet controller, which never grants) stay unprivileged."""
+    cluster = webhook.cluster
+    namespace = _namespace(cluster, "pe-both")
+    _service_account(cluster, namespace)
+    for user in ("alice", "bob"):
+        cluster.kubectl(
+            "create", "rolebinding", f"{user}-edit", "--clusterrole=edit", f"--user={user}",
+            "-n", namespace,
+        )
+    for name, subject in (("app-full", f"--serviceaccount={namespace}:app"),
+                          ("bob-full", "--user=bob")):
+        cluster.kubectl(
+            "create", "rolebinding", name, f"--clusterrole={ROLE_PREFIX}full", subject,
+            "-n", namespace,
+        )
+    wait_until(
+        lambda: all(
+            cluster.kubectl(
+                "auth", "can-i", "create", "pods", "-n", namespace, user=user, check=False
+            ).returncode == 0
+            for user in ("alice", "bob")
+        ),
+        20,
+        "the RoleBindings to take effect",
+    )
+    _create(cluster, _deployment("web", namespace))
+    status = _status(_first_pod(cluster, namespace, "web"))
+    assert status is not None and status["profile"] == "lttng", status
+    assert status["reason"] == "no-rbac-grant", status
+
+    def as_app(name: str) -> dict[str, Any]:
+        pod = _pod(name, namespace)
+        pod["spec"]["serviceAccountName"] = "app"
+        return pod
+
+    status = _status(_create(cluster, as_app("by-bob"), user="bob"))
+    assert status is not None and status["profile"] == "full", status
+    assert status["grant"] == f"serviceaccount:{namespace}:app,user:bob", status
+    status = _status(_create(cluster, as_app("by-alice"), user="alice"))
+    assert status is not None and status["profile"] == "lttng", status
 
 
 def test_changed_policy_is_reloaded_without_restart(webhook: LocalWebhook) -> None:
