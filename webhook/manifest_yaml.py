@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 import io
 import json
@@ -537,6 +538,13 @@ def merge(node: Any, old: Any, new: Any) -> Any:
     untouched keys and items keep their comments and styles. Returns the node to store."""
     if old is new or (type(old) is type(new) and old == new):
         return node
+    anchor = getattr(node, "anchor", None)
+    if isinstance(node, (dict, list)) and anchor is not None and anchor.value is not None:
+        # An anchored node may be aliased elsewhere (`*name`, `<<: *name`), where it must stay
+        # as it was: change a copy (comments kept, no anchor); an alias left alone is then
+        # written out in full.
+        node = copy.deepcopy(node)
+        node.yaml_set_anchor(None)
     if isinstance(node, dict) and isinstance(old, dict) and isinstance(new, dict):
         added = False
         for key in [k for k in node if to_plain(k) not in new]:

@@ -443,3 +443,21 @@ def test_a_list_injects_its_pods_and_names_the_item_it_leaves_alone() -> None:
     assert text.endswith("  metadata: {name: k, namespace: kube-system}\n  spec:\n"
                          "    containers:\n    - {name: a, image: b}\n")
     assert "document 1, List '(no name)' items[1]: Pod 'k': not injected" in err
+
+
+def test_anchored_nodes_that_the_injection_changes_leave_their_aliases_as_they_were() -> None:
+    source = (
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d\n  annotations: &ann\n"
+        "    team: a\nspec:\n  template:\n    metadata:\n      annotations: *ann\n    spec:\n"
+        "      containers:\n      - &app\n        name: a\n        image: b\n"
+        "      initContainers:\n      - <<: *app\n        name: init\n"
+    )
+    code, out, err = inject(source, profile="lttng")
+    assert code == 0, err
+    [deployment] = docs(out)
+    assert deployment["metadata"]["annotations"] == {"team": "a"}
+    template = deployment["spec"]["template"]
+    assert template["metadata"]["annotations"]["team"] == "a"
+    assert "sidecar-debug.io/status" in template["metadata"]["annotations"]
+    assert template["spec"]["initContainers"] == [{"name": "init", "image": "b"}]
+    assert "volumeMounts" in template["spec"]["containers"][1]
