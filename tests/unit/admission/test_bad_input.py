@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
 
+from tests.unit.admission.conftest import Tracebacks
 from tests.unit.core_helpers import admission_review, default_settings, settings_with
 from webhook import constants
 from webhook.admission.mutate import Mutator
@@ -43,34 +42,6 @@ def _review(pod: Any, **request: Any) -> dict[str, Any]:
         body["request"]["object"] = pod
     body["request"].update(request)
     return body
-
-
-class Tracebacks(logging.Handler):
-    """Every record logged anywhere that carries a traceback (exc_info, stack or the text)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.found: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage()
-        if record.exc_info or record.stack_info or "Traceback" in text:
-            self.found.append(f"{record.name}: {text}")
-
-
-@pytest.fixture
-def tracebacks() -> Iterator[Tracebacks]:
-    handler = Tracebacks()
-    root = logging.getLogger()
-    old_level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    try:
-        yield handler
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(old_level)
-    assert handler.found == [], handler.found
 
 
 @pytest.fixture(scope="module")

@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.unit.admission.conftest import Tracebacks
 from tests.unit.policy.test_policy import FakeCluster, make_gate, policy_text
 from webhook import constants
 from webhook.admission.mutate import Mutator
@@ -323,31 +322,6 @@ def hostile_reviews(draw: st.DrawFn) -> dict[str, Any]:
         else:
             parent[path[-1]] = draw(json_values)
     return review
-
-
-class Tracebacks(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.found: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage()
-        if record.exc_info or record.stack_info or "Traceback" in text:
-            self.found.append(f"{record.name}: {text[:200]}")
-
-
-@pytest.fixture
-def tracebacks() -> Iterator[Tracebacks]:
-    handler = Tracebacks()
-    root = logging.getLogger()
-    old_level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)  # the webhook's production level
-    try:
-        yield handler
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(old_level)
 
 
 def _check_answer(body: dict[str, Any], status: int, payload: bytes) -> None:
