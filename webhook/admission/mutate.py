@@ -2,9 +2,11 @@
 
 Order: validate the envelope -> webhook.inject.pipeline (decide, policy gate, inject into a
 copy, diff).
-Whatever goes wrong, the answer is an AdmissionReview: malformed envelopes are admitted
-unchanged with a message, unknown profiles and policy denials are refused with a reason, and an
-unexpected error admits the pod without a sidecar (failing open for pod creation, never
+Whatever goes wrong, the answer is an AdmissionReview: a body that is no AdmissionReview or has
+no request is admitted unchanged with a message; a request or Pod whose fields have the wrong
+type (which the apiserver never sends: it decodes them first) is refused with a 400 naming the
+field (webhook.inject.shape); unknown profiles and policy denials are refused with a reason; and
+an unexpected error admits the pod without a sidecar (failing open for pod creation, never
 granting privilege) and is logged with its traceback.
 """
 
