@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.unit.core_helpers import default_settings, validate_pod
 from webhook import manifest_yaml
@@ -461,3 +463,20 @@ def test_anchored_nodes_that_the_injection_changes_leave_their_aliases_as_they_w
     assert "sidecar-debug.io/status" in template["metadata"]["annotations"]
     assert template["spec"]["initContainers"] == [{"name": "init", "image": "b"}]
     assert "volumeMounts" in template["spec"]["containers"][1]
+
+
+LINES = ["---", "--- # c", "...", "# comment", "", "a: 1", "  b: [x]", "%YAML 1.2", "---x: 1",
+         "- item", "k: |", "  ---", "kind: ConfigMap"]
+
+
+@given(st.lists(st.sampled_from(LINES), max_size=30), st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_split_never_loses_or_adds_a_byte(lines: list[str], final_newline: bool) -> None:
+    data = ("\n".join(lines) + ("\n" if final_newline else "")).encode()
+    chunks = manifest_yaml.split(data)
+    assert b"".join(c.raw for c in chunks) == data
+    numbered = [c.index for c in chunks if c.index]
+    assert numbered == list(range(1, len(numbered) + 1))
+    code, out, err = inject(data)
+    assert out == data  # nothing here holds a pod: every byte is copied
+    assert "Traceback" not in err and code in (0, 1)
