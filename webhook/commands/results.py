@@ -58,10 +58,17 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
+def _no_directory(args: argparse.Namespace) -> bool:
+    """Say so when --dir is not a directory (a typo would otherwise list or prune nothing)."""
+    if args.dir.is_dir():
+        return False
+    print(f"sidecar-debug results {args.results_command}: {args.dir} is not a directory (the "
+          "results volume, or an empty directory to start with)", file=sys.stderr)
+    return True
+
+
 def _serve(args: argparse.Namespace) -> int:
-    if not args.dir.is_dir():
-        print(f"sidecar-debug results serve: {args.dir} is not a directory (the results "
-              "volume, or an empty directory to start with)", file=sys.stderr)
+    if _no_directory(args):
         return 2
     from werkzeug.serving import make_server
 
@@ -82,6 +89,9 @@ def _serve(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     from webhook.results.store import Store
 
+    if _no_directory(args):
+        return 2
+
     for run in Store(args.dir).runs(args.namespace):
         print(f"{run.id}\t{run.samples} samples")
     return 0
@@ -96,6 +106,8 @@ def _prune(args: argparse.Namespace) -> int:
         return 2
     if args.keep is not None and args.keep < 0:
         print("sidecar-debug results prune: --keep must be 0 or more", file=sys.stderr)
+        return 2
+    if _no_directory(args):
         return 2
     removed = Store(args.dir).prune(keep=args.keep, max_age=args.max_age,
                                     now=datetime.now(UTC))

@@ -101,15 +101,8 @@ BAD_INPUT: list[Any] = [
     ("controller", ["--policy", MISSING], 2, MISSING),
     ("controller", [], 2, "{kubeconfig}"),
     ("results serve", ["--dir", MISSING], 2, f"{MISSING} is not a directory"),
-    pytest.param("results list", ["--dir", MISSING], 2, f"{MISSING} is not a directory",
-                 marks=pytest.mark.xfail(strict=True, reason="a missing --dir lists nothing, "
-                                         "exit 0 (webhook/commands/results.py): remove this "
-                                         "marker when it says so")),
-    pytest.param("results prune", ["--dir", MISSING, "--keep", "1"], 2,
-                 f"{MISSING} is not a directory",
-                 marks=pytest.mark.xfail(strict=True, reason="a missing --dir prunes nothing, "
-                                         "exit 0 (webhook/commands/results.py): remove this "
-                                         "marker when it says so")),
+    ("results list", ["--dir", MISSING], 2, f"{MISSING} is not a directory"),
+    ("results prune", ["--dir", MISSING, "--keep", "1"], 2, f"{MISSING} is not a directory"),
 ]
 
 
