@@ -339,15 +339,60 @@ def _yaml(body: str = "") -> YAML:
     return rt
 
 
-def load(text: str, chunk: Chunk) -> Document:
-    """The document for a round trip; Problem (with the input's line) if ruamel cannot read
-    it (the fast pass has seen it already, so this is rare)."""
+def parts(text: str) -> tuple[str, str, str]:
+    """(leading comments and `---` line, the document, a final `...` line) of a chunk."""
     prefix_match = _PREFIX.match(text)
     prefix = prefix_match.group() if prefix_match else ""
     rest = text[len(prefix) :]
     suffix_match = _SUFFIX.search(rest)
     suffix = suffix_match.group() if suffix_match else ""
-    body = rest[: len(rest) - len(suffix)]
+    return prefix, rest[: len(rest) - len(suffix)], suffix
+
+
+def fast_load(body: str) -> Any:
+    """The document as plain data, read by libyaml with the core schema (as to_plain(load())
+    reads it); None when libyaml's safe constructors cannot (e.g. a custom tag): the caller
+    then takes the round trip's reading."""
+    try:
+        return yaml.load(body, Loader=_CheckLoader)  # noqa: S506 - a SafeLoader
+    except (yaml.YAMLError, ValueError, TypeError):
+        return None
+
+
+class _FastDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    def ignore_aliases(self, data: Any) -> bool:
+        return True  # never write anchors the input did not have
+
+
+def fast_write(body: str, old: Any, new: Any) -> str | None:
+    """The changed lines spliced into `body`, found by writing `old` and `new` with libyaml
+    (no comments, its own quoting: only the lines around the change must align); None when the
+    document's block sequences are indented (libyaml writes them at the key's column), the
+    splice cannot be placed, or the result does not read back as `new`. Then write() (the
+    round trip) is used."""
+    mapping, offset = guess_indent(body)
+    if offset:
+        return None
+
+    def render(data: Any) -> str:
+        return str(
+            yaml.dump(
+                data, Dumper=_FastDumper, sort_keys=False, default_flow_style=False,
+                width=1_000_000, indent=mapping, allow_unicode=True,
+            )
+        )
+
+    before, after = render(old), render(new)
+    if "\r\n" in body:
+        before, after = before.replace("\n", "\r\n"), after.replace("\n", "\r\n")
+    spliced = splice(body, before, after)
+    return spliced if spliced is not None and _reads_as(spliced, new) else None
+
+
+def load(text: str, chunk: Chunk) -> Document:
+    """The document for a round trip; Problem (with the input's line) if ruamel cannot read
+    it (the fast pass has seen it already, so this is rare)."""
+    prefix, body, suffix = parts(text)
     try:
         tree = _yaml().load(body)
     except RuamelYAMLError as exc:

@@ -147,13 +147,31 @@ def inject_bytes(
             if manifest_yaml.scan(text, chunk) not in WORKLOAD_KINDS:
                 out.write(chunk.raw)
                 continue
-            document = manifest_yaml.load(text, chunk)
-            plain = manifest_yaml.to_plain(document.tree)
+            prefix, body, suffix = manifest_yaml.parts(text)
+            plain = manifest_yaml.fast_load(body)
+            document = None
+            if plain is None:  # libyaml's constructors cannot: the round trip reads it
+                document = manifest_yaml.load(text, chunk)
+                plain = manifest_yaml.to_plain(document.tree)
             result = inject_workload(plain, settings, profile, runtime, mode)
             report.outcomes(chunk, result.outcomes)
             if not result.changed:
                 out.write(chunk.raw)
                 continue
+            # Fast: libyaml writes the old and new objects, the changed lines are spliced into
+            # the original text. Else the round trip (ruamel.yaml) writes the change.
+            spliced = manifest_yaml.fast_write(body, plain, result.document)
+            if spliced is not None:
+                out.write((prefix + spliced + suffix).encode())
+                continue
+            if document is None:
+                document = manifest_yaml.load(text, chunk)
+                if manifest_yaml.to_plain(document.tree) != plain:
+                    raise manifest_yaml.Problem(
+                        chunk.line,
+                        "the document reads differently in the two YAML readers (a bug in "
+                        "sidecar-debug: please report it with the document)",
+                    )
             try:
                 written = manifest_yaml.write(document, plain, result.document)
             except ValueError:
