@@ -7,9 +7,15 @@
 - Every document is first read by libyaml's C event parser (PyYAML's CSafeLoader): syntax
   errors, duplicate keys (an error, as kubectl's strict decoding says, with both lines) and the
   top-level `kind`, without building Python objects for the CRDs and ConfigMaps that make up
-  most of an install. Only documents that may hold pods are read again, with ruamel.yaml's
-  round-trip loader (comments, key order, quotes and block styles kept), and the injection is
-  merged into that tree, so the diff a reviewer sees is only the injection.
+  most of an install. Only documents that may hold pods are read into objects.
+- What changed is spliced into the original lines: the object before and after injection are
+  written by the same emitter, and only the lines between those two renderings are applied
+  where they align with the original, so comments, key order, quotes and block styles of
+  everything else stay and the diff a reviewer sees is only the injection. The result must
+  read back as the injected object. libyaml reads and writes first (fast_load, fast_write);
+  where its output cannot be spliced (e.g. block sequences indented under their key), the
+  document is round-tripped by ruamel.yaml (load, merge, write), which keeps comments in the
+  tree and writes with the document's own indentation.
 - Scalars are read with the YAML 1.2 core schema, as both loaders are told here: `12:30`,
   `=`, `yes`, `2024-01-01` are strings; `0o17` and `0x1F` are ints, `017` is 17.
 """
