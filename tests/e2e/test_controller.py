@@ -29,6 +29,7 @@ from tests.e2e.conftest import (
     container_names,
     deployment_manifest,
     is_injected,
+    pod_manifest,
     pods_of,
     wait_pod_running,
     wait_until,
@@ -209,3 +210,43 @@ def test_leader_failover_within_the_lease_duration(
                "the new leader's gauge")
     lease = full_cluster.kubectl_json("get", "lease", "e2e-controller", "-n", namespace)
     assert lease["spec"]["leaseTransitions"] >= 1
+
+
+def test_an_attached_toolset_past_its_time_is_stopped_and_the_app_keeps_running(
+        full_cluster: Cluster, chart_release: str, make_namespace: MakeNamespace,
+        controllers: Callable[..., Controller], tmp_path: Path) -> None:
+    """onExpiry stop: the controller ends the attached ephemeral toolset over exec; the pod,
+    its app container and its standby wiring stay."""
+    namespace = make_namespace("stop", {"debug": "enabled"})
+    apply(full_cluster, pod_manifest("cart", namespace,
+                                     annotations={"sidecar-debug.io/mode": "standby"}))
+    wait_pod_running(full_cluster, namespace, "cart")
+    attached = subprocess.run([SIDECAR_DEBUG, "attach", "cart", "-n", namespace, "--kubeconfig",
+                               str(full_cluster.kubeconfig)], capture_output=True, text=True,
+                              timeout=300)
+    assert attached.returncode == 0, attached.stderr
+    container = attached.stdout.splitlines()[0]
+
+    def state() -> dict[str, Any]:
+        pod = full_cluster.kubectl_json("get", "pod", "cart", "-n", namespace)
+        statuses = pod["status"].get("ephemeralContainerStatuses", [])
+        return dict(next(s for s in statuses if s["name"] == container)["state"])
+
+    assert "running" in state()
+    policy = _policy(tmp_path / "policy.yaml", namespace, "20s", "stop")
+    controller = controllers("stopper", namespace, policy=policy)
+    wait_until(lambda: "terminated" in state(), 120,
+               f"{container} to be stopped\n" + controller.log())
+    pod = full_cluster.kubectl_json("get", "pod", "cart", "-n", namespace)
+    assert pod["metadata"].get("deletionTimestamp") is None
+    [app] = pod["status"]["containerStatuses"]
+    assert app["name"] == "app" and "running" in app["state"] and app["restartCount"] == 0
+    [event] = _events(full_cluster, namespace, "DebugSessionStopped")
+    assert container in event["message"] and event["involvedObject"]["name"] == "cart"
+    assert 'sidecar_debug_session_expiry_actions_total{action="stop",result="stopped"} 1.0' in \
+        controller.metrics()
+    listing = subprocess.run([SIDECAR_DEBUG, "sessions", "-n", namespace, "--kubeconfig",
+                              str(full_cluster.kubeconfig)], capture_output=True, text=True,
+                             timeout=60)
+    rows = [line.split() for line in listing.stdout.splitlines()[1:]]
+    assert [row[:2] for row in rows] == [["cart", "standby"]], listing.stdout
