@@ -58,3 +58,18 @@ def test_lease_timing_misuse_fails_the_render() -> None:
 def test_switched_off() -> None:
     manifest = render(sets=["controller.enabled=false"])
     assert not manifest.has("Deployment", NAME) and not manifest.has("ServiceAccount", NAME)
+
+
+def test_with_results_the_controller_runs_the_schedules_into_the_results_volume() -> None:
+    spec = render(sets=["results.enabled=true"]).one("Deployment", NAME)["spec"]["template"][
+        "spec"]
+    controller = spec["containers"][0]
+    assert controller["name"] == "controller"
+    command = controller["command"]
+    assert command[command.index("--results-dir") + 1] == "/var/lib/sidecar-debug/results"
+    assert {"name": "results", "mountPath": "/var/lib/sidecar-debug/results"} in controller[
+        "volumeMounts"]
+    assert "results" in {v["name"] for v in spec["volumes"]}
+    # Off by default: no results directory, no schedules.
+    plain = render().one("Deployment", NAME)["spec"]["template"]["spec"]["containers"][0]
+    assert "--results-dir" not in plain["command"]
