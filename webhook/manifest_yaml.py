@@ -509,10 +509,17 @@ _CheckLoader.add_constructor("tag:yaml.org,2002:int", _CheckLoader.construct_cor
 
 
 def _reads_as(text: str, expected: Any) -> bool:
+    """`text` reads as `expected`, types included (Python's == takes 1 for True and 1.0)."""
     try:
-        return bool(yaml.load(text, Loader=_CheckLoader) == expected)  # noqa: S506 - a SafeLoader
+        found = yaml.load(text, Loader=_CheckLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError:
         return False
+    try:
+        return json.dumps(found, sort_keys=True, default=repr) == json.dumps(
+            expected, sort_keys=True, default=repr
+        ) and bool(found == expected)
+    except (TypeError, ValueError):  # keys of mixed types cannot be sorted
+        return bool(found == expected)
 
 
 def guess_indent(text: str) -> tuple[int, int]:

@@ -490,3 +490,12 @@ def test_split_never_loses_or_adds_a_byte(lines: list[str], final_newline: bool)
     code, out, err = inject(data)
     assert out == data  # nothing here holds a pod: every byte is copied
     assert "Traceback" not in err and code in (0, 1)
+
+
+def test_the_read_back_check_tells_types_apart() -> None:
+    # What makes a splice safe: a line that reads as 1 where the injection wrote true (or the
+    # string "1") must send the document to the round trip, not out.
+    assert manifest_yaml._reads_as("a: true\n", {"a": True})
+    assert not manifest_yaml._reads_as("a: 1\n", {"a": True})
+    assert not manifest_yaml._reads_as("a: 1.0\n", {"a": 1})
+    assert not manifest_yaml._reads_as("a: 0o17\n", {"a": "0o17"})
