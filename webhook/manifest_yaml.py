@@ -438,7 +438,11 @@ def write(document: Document, old: Any, new: Any) -> str:
 
 def splice(original: str, before: str, after: str) -> str | None:
     """`original` with the line hunks that turn `before` into `after` applied where `before`'s
-    lines align with `original`'s; None when a hunk touches a line that does not align."""
+    lines align with `original`'s; None when a hunk touches a line that does not align.
+
+    Lines align by their content without indentation, so a document that indents some lists
+    otherwise than the emitter still aligns; each inserted line is shifted by the difference of
+    indentation of the nearest aligned line at its own depth (a sibling)."""
     if original and not original.endswith("\n"):
         original += "\n"
     o_lines = original.splitlines(keepends=True)
@@ -446,12 +450,28 @@ def splice(original: str, before: str, after: str) -> str | None:
     a_lines = after.splitlines(keepends=True)
     aligned: dict[int, int] = {}  # line of `before` -> the same line of `original`
     matcher = difflib.SequenceMatcher(
-        None, [line.rstrip() for line in o_lines], [line.rstrip() for line in b_lines],
+        None, [line.strip() for line in o_lines], [line.strip() for line in b_lines],
         autojunk=False,
     )
     for tag, i1, i2, j1, _ in matcher.get_opcodes():
         if tag == "equal":
             aligned.update((j1 + k, i1 + k) for k in range(i2 - i1))
+
+    def shift(j_low: int, j_high: int, like: str) -> int:
+        """Indentation difference of the aligned line nearest to before[j_low:j_high] that is
+        a sibling of `like` (same indentation in `before`, both list items or both keys); 0
+        when there is none."""
+        width, item = _indent(like), like.lstrip(" ").startswith("-")
+        for distance in range(1, len(b_lines) + 1):
+            for j in (j_low - distance, j_high - 1 + distance):
+                if 0 <= j < len(b_lines) and j in aligned and b_lines[j].strip():
+                    line = b_lines[j]
+                    if _indent(line) == width and line.lstrip(" ").startswith("-") == item:
+                        return _indent(o_lines[aligned[j]]) - width
+            if j_low - distance < 0 and j_high - 1 + distance >= len(b_lines):
+                break
+        return 0
+
     out: list[str] = []
     done = 0  # lines of `original` already copied or replaced
     hunks = difflib.SequenceMatcher(None, b_lines, a_lines, autojunk=False).get_opcodes()
@@ -464,28 +484,44 @@ def splice(original: str, before: str, after: str) -> str | None:
             if first is None or places != list(range(first, first + len(places))):
                 return None
             start, end = first, first + len(places)
-        elif j1 in aligned:  # an insertion before line j1
-            start = end = aligned[j1]
-        elif j1 - 1 in aligned:
-            start = end = aligned[j1 - 1] + 1
-        elif j1 == 0 or j1 == len(b_lines):
-            start = end = 0 if j1 == 0 else len(o_lines)
+            delta = _indent(o_lines[first]) - _indent(b_lines[j1])
         else:
+            if j1 in aligned:  # an insertion before line j1
+                start = end = aligned[j1]
+            elif j1 - 1 in aligned:
+                start = end = aligned[j1 - 1] + 1
+            elif j1 == 0 or j1 == len(b_lines):
+                start = end = 0 if j1 == 0 else len(o_lines)
+            else:
+                return None
+            delta = shift(j1, j1, a_lines[k1]) if k2 > k1 else 0
+        inserted = [_reindent(line, delta) for line in a_lines[k1:k2]]
+        if None in inserted:
             return None
-        if j2 == j1 and k2 > k1:
+        if j2 == j1 and inserted:
             # Comment lines right above an insertion, at its indentation, describe the line
             # they stood above (ruamel keeps them over the inserted item): insert above them.
-            head = a_lines[k1]
-            indent = head[: len(head) - len(head.lstrip(" "))]
+            head = str(inserted[0])
+            indent = head[: _indent(head)]
             while start > done and _is_comment_at(o_lines[start - 1], indent):
                 start = end = start - 1
         if start < done:
             return None
         out += o_lines[done:start]
-        out += a_lines[k1:k2]
+        out += [str(line) for line in inserted]
         done = end
     out += o_lines[done:]
     return "".join(out)
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _reindent(line: str, delta: int) -> str | None:
+    if delta >= 0 or not line.strip():
+        return " " * delta + line if line.strip() else line
+    return line[-delta:] if _indent(line) >= -delta else None
 
 
 def _is_comment_at(line: str, indent: str) -> bool:

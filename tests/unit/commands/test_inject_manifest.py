@@ -424,9 +424,9 @@ def test_lines_ruamel_would_respell_are_kept_when_the_injection_does_not_touch_t
     assert pod["spec"]["containers"][1]["command"] == ["sh", "-c"]
 
 
-def test_a_document_the_splice_cannot_place_is_written_whole_and_still_reads_right() -> None:
-    # The app's volumeMounts list uses another dash offset than the document's other lists:
-    # the appended mount cannot go there, so ruamel writes the whole document (one indentation).
+def test_a_document_that_indents_its_lists_two_ways_keeps_both() -> None:
+    # The containers list is indented under its key, the app's volumeMounts list is not: each
+    # inserted line follows its siblings, and no line of the input changes.
     source = (
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n"
         "    - name: app\n      image: busybox\n      volumeMounts:\n      - name: data\n"
@@ -434,6 +434,11 @@ def test_a_document_the_splice_cannot_place_is_written_whole_and_still_reads_rig
     )
     code, out, _ = inject(source, profile="lttng")
     assert code == 0
+    diff = list(difflib.unified_diff(source.splitlines(), out.decode().splitlines(), n=0))
+    assert [line for line in diff[2:] if line.startswith("-")] == []
+    text = out.decode()
+    assert "  containers:\n    - name: debug-toolset\n" in text
+    assert "        mountPath: /data\n      - name: sidecar-debug-lttng\n" in text
     [pod] = docs(out)
     mounts = pod["spec"]["containers"][1]["volumeMounts"]
     assert [m["mountPath"] for m in mounts] == ["/data", "/var/run/lttng"]
