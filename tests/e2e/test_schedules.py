@@ -94,3 +94,48 @@ def test_namespace_schedule_records_the_selected_pod_and_the_page_shows_it(
     assert "fibonacci" in page
     pprof = client.get(f"/runs/{run.id}/profile.pb.gz")
     assert pprof.status_code == 200 and pprof.data[:2] == b"\x1f\x8b"
+
+
+def test_the_charts_controller_runs_the_schedule_and_its_page_serves_the_run(
+        full_cluster: Cluster, chart_release: str, make_namespace: MakeNamespace,
+        node_sample: str) -> None:
+    """The whole chart path: results.enabled (emptyDir, one replica), the controller's leader
+    runs the schedules pass in the cluster with its own ServiceAccount (templates/
+    rbac-schedules.yaml), and the results container in its pod serves the run."""
+    from tests.e2e.conftest import CHART, RELEASE_NAMESPACE, helm_values
+
+    release = ["upgrade", chart_release, str(CHART), "-n", RELEASE_NAMESPACE, "--wait",
+               "--timeout", "5m"]
+    full_cluster.helm(*release, *helm_values(
+        "--set", "results.enabled=true", "--set", "results.persistence.enabled=false",
+        "--set", "controller.replicaCount=1", "--set", "controller.intervalSeconds=5"),
+        timeout=400)
+    try:
+        namespace = make_namespace("sched-chart", {"debug": "enabled"})
+        apply(full_cluster, node_pod("web-0", namespace, "web", node_sample))
+        wait_pod_running(full_cluster, namespace, "web-0")
+        full_cluster.kubectl("annotate", "namespace", namespace, "sidecar-debug.io/schedule="
+                             + json.dumps({"cron": "* * * * *", "duration": "3s"}))
+        controller = f"deployment/{chart_release}-controller"
+        fetch = ("import urllib.request; print(urllib.request.urlopen("
+                 "'http://127.0.0.1:8080/api/runs').read().decode())")
+
+        def stored() -> list[dict[str, Any]] | None:
+            result = full_cluster.kubectl("exec", "-n", RELEASE_NAMESPACE, controller, "-c",
+                                          "results", "--", "python3", "-c", fetch, check=False)
+            if result.returncode != 0:
+                return None
+            runs = [run for run in json.loads(result.stdout) if run["namespace"] == namespace]
+            return runs or None
+
+        from tests.e2e.conftest import wait_until
+
+        runs = wait_until(stored, 240, "a scheduled run on the results page")
+        assert runs[0]["pod"] == "web-0" and runs[0]["technique"] == "perf"
+        assert runs[0]["samples"] > 0
+        logs = full_cluster.kubectl("logs", "-n", RELEASE_NAMESPACE, controller, "-c",
+                                    "controller").stdout
+        print("\n" + "\n".join(line for line in logs.splitlines() if "schedule" in line))
+        assert "schedules tick failed" not in logs
+    finally:
+        full_cluster.helm(*release, *helm_values(), timeout=400, check=False)
