@@ -52,10 +52,51 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     prune.set_defaults(func=_prune)
     parser.set_defaults(func=lambda args: _usage(parser))
 
+    schedule = subparsers.add_parser(
+        "schedule", help="check a sidecar-debug.io/schedule annotation before setting it",
+        description="Parse a schedule annotation's value (JSON or YAML, one schedule or a list) "
+        "as the controller will, and print each schedule with its next runs (UTC), or what is "
+        "wrong with it.")
+    actions = schedule.add_subparsers(dest="schedule_command", metavar="ACTION")
+    check = actions.add_parser("check", help="check an annotation value")
+    check.add_argument("file", metavar="FILE", help="the annotation's value ('-': stdin)")
+    check.add_argument("-n", "--namespace", default="default",
+                       help="namespace the annotation is for (default: default)")
+    check.add_argument("--pod", help="the pod it is for (default: a namespace annotation)")
+    check.add_argument("--runs", type=int, default=3, help="next runs to show (default 3)")
+    check.set_defaults(func=_check_schedule)
+    schedule.set_defaults(func=lambda args: _usage(schedule))
+
 
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help(sys.stderr)
     return 2
+
+
+def _check_schedule(args: argparse.Namespace) -> int:
+    from webhook.schedules.spec import ScheduleError, parse
+
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    except OSError as error:
+        print(f"sidecar-debug schedule check: {args.file}: {error.strerror}", file=sys.stderr)
+        return 2
+    try:
+        schedules = parse(text, namespace=args.namespace, pod=args.pod)
+    except ScheduleError as error:
+        print(f"sidecar-debug schedule check: {error}", file=sys.stderr)
+        return 1
+    now = datetime.now(UTC)
+    for schedule in schedules:
+        print(f"{schedule.key}: {schedule.describe()}")
+        moment = now
+        for _ in range(max(args.runs, 0)):
+            upcoming = schedule.cron.next(moment)
+            if upcoming is None:
+                break
+            print(f"  next: {upcoming:%Y-%m-%d %H:%M} UTC")
+            moment = upcoming
+    return 0
 
 
 def _no_directory(args: argparse.Namespace) -> bool:

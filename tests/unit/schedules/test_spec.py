@@ -62,3 +62,23 @@ def test_refusals_say_where_and_why(text: str, message: str) -> None:
 def test_selector_is_refused_on_a_pod() -> None:
     with pytest.raises(ScheduleError, match="belong to namespace schedules"):
         parse("{cron: '@daily', maxPods: 2}", namespace="shop", pod="web-1")
+
+
+def test_schedule_check_command(tmp_path: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
+                                ) -> None:
+    from pathlib import Path
+
+    from webhook.commands import cli
+
+    good = Path(str(tmp_path)) / "good.yaml"
+    good.write_text("- cron: '30 2 * * mon-fri'\n  duration: 2m\n- cron: '@hourly'\n")
+    assert cli.main(["schedule", "check", str(good), "-n", "shop", "--runs", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("namespace/shop#0: perf for 120 s at 99 Hz, cron '30 2 * * mon-fri', pods "
+                      "of namespace shop matching (everything) (at most 1)")
+    assert out[1].startswith("  next: ") and out[1].endswith(" 02:30 UTC")
+    assert out[3].startswith("namespace/shop#1: ")
+    bad = Path(str(tmp_path)) / "bad.yaml"
+    bad.write_text("{cron: '@daily', maxPods: 2}")
+    assert cli.main(["schedule", "check", str(bad), "-n", "shop", "--pod", "web-1"]) == 1
+    assert "belong to namespace schedules" in capsys.readouterr().err
