@@ -98,6 +98,7 @@ BAD_INPUT: list[Any] = [
     ("attach", ["pod"], 2, "{kubeconfig}"),
     ("trap", ["pod", "--cpu", "80"], 2, "{kubeconfig}"),
     ("sessions", [], 2, "{kubeconfig}"),
+    ("schedule check", [MISSING], 2, MISSING),
     ("controller", ["--policy", MISSING], 2, MISSING),
     ("controller", [], 2, "{kubeconfig}"),
     ("results serve", ["--dir", MISSING], 2, f"{MISSING} is not a directory"),
