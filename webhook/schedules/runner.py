@@ -229,12 +229,14 @@ def _failure(command: list[str], code: int, stderr: str) -> str:
 # --- state ---------------------------------------------------------------------------------------
 
 class State:
-    """When each schedule last fired: RESULTS/.schedules/state.json, replaced atomically."""
+    """When each schedule last fired: RESULTS/.schedules/state.json, read at every pass (another
+    replica may have led meanwhile) and replaced atomically. `reported` (the annotation values
+    already logged as bad) is this process's own memory, shared across passes."""
 
-    def __init__(self, results_dir: Path) -> None:
+    def __init__(self, results_dir: Path, reported: dict[str, str] | None = None) -> None:
         self.path = results_dir / STATE_DIR / STATE_FILE
         self.fired: dict[str, datetime] = {}
-        self.reported: dict[str, str] = {}  # where -> the annotation value last logged as bad
+        self.reported: dict[str, str] = {} if reported is None else reported
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -401,7 +403,7 @@ class Runner:
         self.lock = threading.Lock()
         self.in_flight: dict[tuple[str, str, str], Future[None]] = {}
         self.executor: ThreadPoolExecutor | None = None
-        self.states: dict[Path, State] = {}
+        self.reported: dict[str, str] = {}
 
     def submit(self, key: tuple[str, str, str], background: bool, *args: Any) -> None:
         with self.lock:
@@ -420,9 +422,7 @@ class Runner:
     def tick(self, cluster: Cluster, now: datetime, results_dir: Path, *,
              background: bool = True, environ: Mapping[str, str] | None = None) -> None:
         now = now.astimezone(UTC)
-        state = self.states.get(results_dir)
-        if state is None:
-            state = self.states[results_dir] = State(results_dir)
+        state = State(results_dir, self.reported)
         store = Store(results_dir)
         pods = cluster.pods()
         schedules = schedules_of(cluster.namespaces(), pods, state)

@@ -286,3 +286,12 @@ def test_api_cluster_bpftrace_profile_is_collapsed(tmp_path: Path,
 ])
 def test_retention_settings(environ: dict[str, str], expected: tuple[Any, Any]) -> None:
     assert runner.retention(environ) == expected
+
+
+def test_leadership_back_and_forth_does_not_repeat_a_run(tmp_path: Path) -> None:
+    cluster = FakeCluster('{"cron": "*/10 * * * *"}', [pod("web-1", {})])
+    first, second = runner.Runner(), runner.Runner()
+    first.tick(cluster, T0 - timedelta(minutes=1), tmp_path, background=False, environ={})
+    second.tick(cluster, T0, tmp_path, background=False, environ={})  # B leads at 07:00
+    first.tick(cluster, T0 + timedelta(minutes=1), tmp_path, background=False, environ={})
+    assert len(cluster.recorded) == 1  # A reads what B fired, instead of its own memory
