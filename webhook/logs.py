@@ -65,13 +65,30 @@ class JsonFormatter(logging.Formatter):
             return jsonio.dumps(entry, default=repr).decode()
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever sys.stderr is when a record is emitted (as logging.lastResort does):
+    a command run in-process (tests, an embedding program) may swap stderr and close the old
+    one, and a handler bound to the old stream would then fail on every later record."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def configure(level: str = "INFO") -> None:
     # The JSON lines carry no caller file and line, and finding them (a walk up the stack) is
     # most of a log call's cost. Process and thread stay recorded: other formatters, gunicorn's
     # `[%(process)d]` among them, need them, and without them that format raised a TypeError
     # for every record it wrote (issue 12, item 10).
     logging._srcfile = None  # noqa: SLF001 - the logging docs' own optimisation
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
