@@ -104,7 +104,6 @@ BAD_INPUT: list[Any] = [
     ("results serve", ["--dir", MISSING], 2, f"{MISSING} is not a directory"),
     ("results list", ["--dir", MISSING], 2, f"{MISSING} is not a directory"),
     ("results prune", ["--dir", MISSING, "--keep", "1"], 2, f"{MISSING} is not a directory"),
-    ("schedule check", [MISSING], 2, MISSING),
 ]
 
 
