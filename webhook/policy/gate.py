@@ -552,7 +552,7 @@ class PolicyGate:
         if request.ephemeral_container is not None:
             message = (
                 f"sidecar-debug denied the ephemeral container {request.ephemeral_container!r}: "
-                f"{refusal.detail} ({label}).{hint}"
+                f"{refusal.detail}; decided by {label}.{hint}"
             )
             return self._result(
                 request, rule, None, False, refusal.reason, message, "none", None, warnings
