@@ -116,10 +116,6 @@ def test_runner_calls_match_the_paths_it_names() -> None:
     assert '"/api/v1/namespaces"' in source and '"/api/v1/pods"' in source
 
 
-@pytest.mark.xfail(strict=True, reason="templates/controller.yaml does not include "
-                   "sidecar-debug.controller.resultsEnv in the controller's env yet (the "
-                   "schedules pass then keeps 100 runs per pod for 30 days): remove this marker "
-                   "when it does")
 def test_retention_values_reach_the_controller() -> None:
     pod = controller_pod(render(sets=[*ON, "results.retention.count=7",
                                       "results.retention.maxAge=12h"]))
