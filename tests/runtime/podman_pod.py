@@ -207,8 +207,11 @@ def played(pod: dict[str, Any], workdir: Path) -> Iterator[PlayedPod]:
     path.write_text(yaml.safe_dump(spec))
     subprocess.run(["podman", "pod", "rm", "-f", name], capture_output=True, timeout=120)
     try:
-        subprocess.run(["podman", "kube", "play", str(path)], check=True, capture_output=True,
-                       text=True, timeout=300)
+        started = subprocess.run(["podman", "kube", "play", str(path)], capture_output=True,
+                                 text=True, timeout=300)
+        if started.returncode != 0:
+            raise AssertionError(f"podman kube play {path} exited {started.returncode}:\n"
+                                 f"{started.stderr.strip()[-2000:]}")
         yield PlayedPod(name=name, spec=pod, file=path)
     finally:
         subprocess.run(["podman", "kube", "down", str(path)], capture_output=True, timeout=300)
