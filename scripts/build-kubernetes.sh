@@ -17,12 +17,14 @@ fi
 say() { echo "[build-kubernetes $(date +%T)] $*" >&2; }
 export DEBIAN_FRONTEND=noninteractive
 
-# Source packages need a deb-src entry; Debian 12 images ship without one.
+# Source packages need a deb-src entry; Debian 12 images ship without one. It names the mirror
+# the machine's apt sources use (scripts/debian-mirror.sh; DEBIAN_MIRROR overrides).
 if ! grep -rqs -e '^deb-src' -e '^Types:.*deb-src' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-  say "adding a deb-src entry for bookworm"
-  cat > /etc/apt/sources.list.d/sidecar-debug-src.sources <<'SRC'
+  mirror="$("$(dirname "${BASH_SOURCE[0]}")/debian-mirror.sh" --suite bookworm)" || exit 1
+  say "adding a deb-src entry for bookworm ($mirror)"
+  cat > /etc/apt/sources.list.d/sidecar-debug-src.sources <<SRC
 Types: deb-src
-URIs: http://deb.debian.org/debian
+URIs: $mirror
 Suites: bookworm bookworm-updates
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg

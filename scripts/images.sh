@@ -10,13 +10,17 @@
 # (build context files, build args, base image id) and skipped when an image with the same hash
 # already exists, so running this twice costs nothing. --force rebuilds anyway.
 #
-# Environment: SIDECAR_DEBUG_CACHE (default ~/.cache/sidecar-debug), DEBIAN_MIRROR,
-# HOST_CA_BUNDLE (CA bundle mounted into builds that reach PyPI/npm over HTTPS).
+# Packages come from where this machine's package managers fetch them: the Debian mirror of its
+# apt sources (scripts/debian-mirror.sh), the npm registry of its npm configuration (the toolset's
+# d3-flame-graph is `npm pack`ed on the host when npm is installed, else inside the build).
+#
+# Environment: SIDECAR_DEBUG_CACHE (default ~/.cache/sidecar-debug), DEBIAN_MIRROR and
+# DEBIAN_SECURITY_MIRROR (default: from the apt sources), NPM_REGISTRY (only for a build without
+# npm on the host), HOST_CA_BUNDLE (CA bundle mounted into builds that reach PyPI/npm over HTTPS).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${SIDECAR_DEBUG_CACHE:-$HOME/.cache/sidecar-debug}"
-MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 HOST_CA_BUNDLE="${HOST_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
 VERSION="0.1.0"
 
@@ -32,7 +36,7 @@ log() { printf '[images] %s\n' "$*" >&2; }
 die() { printf '[images] error: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-  sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 as_root() {
@@ -112,9 +116,19 @@ image_id() {
   podman image inspect --format '{{ .Id }}' "$1" 2>/dev/null || true
 }
 
+# inputs_file IMAGE: where the inputs hash of the image's last build is kept beside its id. The
+# label alone is not enough: when every layer is cached, podman reuses the earlier image, whose
+# label names the earlier inputs (e.g. after a change to a file the build does not use).
+inputs_file() {
+  printf '%s/inputs/%s\n' "$CACHE" "${1##*/}"
+}
+
 up_to_date() {
-  local image="$1" hash="$2"
-  [ "$FORCE" -eq 0 ] && [ "$(image_label "$image")" = "$hash" ]
+  local image="$1" hash="$2" file
+  [ "$FORCE" -eq 0 ] || return 1
+  [ "$(image_label "$image")" = "$hash" ] && return 0
+  file="$(inputs_file "$image")"
+  [ -f "$file" ] && [ "$(cat "$file")" = "$hash $(image_id "$image")" ]
 }
 
 # --- images --------------------------------------------------------------------------------
@@ -128,10 +142,13 @@ build_base() {
   local dir="$CACHE/debootstrap/bookworm"
   local tarball="$CACHE/debootstrap/bookworm.tar"
   if [ "$FORCE" -eq 1 ] || [ ! -s "$tarball" ]; then
-    log "debootstrap --variant=minbase bookworm (a few minutes)"
+    local mirror security
+    mirror="$("$ROOT/scripts/debian-mirror.sh" --suite bookworm)" || exit 1
+    security="$("$ROOT/scripts/debian-mirror.sh" --suite bookworm --security)" || exit 1
+    log "debootstrap --variant=minbase bookworm from $mirror (a few minutes)"
     as_root rm -rf "$dir"
     mkdir -p "$dir"
-    as_root debootstrap --variant=minbase bookworm "$dir" "$MIRROR" >"$CACHE/debootstrap/log" 2>&1 \
+    as_root debootstrap --variant=minbase bookworm "$dir" "$mirror" >"$CACHE/debootstrap/log" 2>&1 \
       || die "debootstrap failed, see $CACHE/debootstrap/log"
     # Same slimming as Docker's debian:bookworm-slim: no docs, man pages or translations from
     # later installs, and no downloaded package lists or archives in the image.
@@ -154,9 +171,9 @@ APT::Install-Recommends "false";
 APT::Install-Suggests "false";
 EOF
     as_root tee "$dir/etc/apt/sources.list" >/dev/null <<EOF
-deb $MIRROR bookworm main
-deb $MIRROR bookworm-updates main
-deb ${MIRROR%/debian}/debian-security bookworm-security main
+deb $mirror bookworm main
+deb $mirror bookworm-updates main
+deb $security bookworm-security main
 EOF
     as_root find "$dir/usr/share/doc" -mindepth 2 ! -name copyright ! -type d -delete 2>/dev/null || true
     as_root rm -rf "$dir"/usr/share/man/* "$dir"/usr/share/info/* "$dir"/usr/share/locale/* \
@@ -187,6 +204,8 @@ podman_build() {
     tail -n 40 "$logfile" >&2
     die "building $image failed; full log: $logfile"
   fi
+  mkdir -p "$CACHE/inputs"
+  printf '%s %s\n' "$hash" "$(image_id "$image")" >"$(inputs_file "$image")"
   log "built $image ($(image_size "$image"))"
 }
 
@@ -211,17 +230,59 @@ build_webhook() {
   podman_build "$WEBHOOK_IMAGE" "$hash" "$ROOT" --file "$ROOT/Dockerfile" "$(ca_mount)"
 }
 
+# dockerfile_arg FILE NAME: the default value of `ARG NAME=VALUE` in a Dockerfile.
+dockerfile_arg() {
+  sed -n "s/^ARG $2=//p" "$1" | head -n 1
+}
+
+# pack_toolset_npm_packages: `npm pack` d3-flame-graph into toolset/vendor/ with this machine's
+# npm and its configuration (registry, proxy, CA), its digest checked against the Dockerfile's.
+# Without npm here the Dockerfile packs it with Debian's npm instead (NPM_REGISTRY applies).
+pack_toolset_npm_packages() {
+  local dockerfile="$ROOT/toolset/Dockerfile" vendor="$ROOT/toolset/vendor"
+  local version digest tarball tmp
+  version="$(dockerfile_arg "$dockerfile" D3_FLAME_GRAPH_VERSION)"
+  digest="$(dockerfile_arg "$dockerfile" D3_FLAME_GRAPH_SHA256)"
+  tarball="d3-flame-graph-$version.tgz"
+  if [ -s "$vendor/$tarball" ] \
+    && echo "$digest  $vendor/$tarball" | sha256sum -c --status -; then
+    return 0
+  fi
+  rm -f "$vendor/$tarball"
+  if ! command -v npm >/dev/null; then
+    log "npm is not installed here: the toolset build packs d3-flame-graph with Debian's npm"
+    return 0
+  fi
+  log "npm pack d3-flame-graph@$version (registry: $(npm config get registry 2>/dev/null))"
+  tmp="$(mktemp -d)"
+  if ! (cd "$tmp" && npm pack --silent "d3-flame-graph@$version" >/dev/null); then
+    rm -rf "$tmp"
+    die "npm pack d3-flame-graph@$version failed: check npm's registry and proxy settings" \
+      "(npm config get registry), or uninstall npm to pack it inside the build"
+  fi
+  if ! echo "$digest  $tmp/$tarball" | sha256sum -c --status -; then
+    rm -rf "$tmp"
+    die "d3-flame-graph@$version from npm's registry does not have the digest pinned in" \
+      "toolset/Dockerfile (D3_FLAME_GRAPH_SHA256): a registry serving another tarball?"
+  fi
+  mkdir -p "$vendor"
+  mv "$tmp/$tarball" "$vendor/$tarball"
+  rm -rf "$tmp"
+}
+
 build_toolset_target() {
   local target="$1" image="$2"
   build_base
-  local hash
-  hash="$(inputs_hash "base=$(image_id "$BASE_IMAGE") target=$target" toolset)"
+  pack_toolset_npm_packages
+  local hash npm_args=()
+  if [ -n "${NPM_REGISTRY:-}" ]; then npm_args=(--build-arg "NPM_REGISTRY=$NPM_REGISTRY"); fi
+  hash="$(inputs_hash "base=$(image_id "$BASE_IMAGE") target=$target${npm_args[*]:+ ${npm_args[*]}}" toolset)"
   if up_to_date "$image" "$hash"; then
     log "$image up to date"
     return 0
   fi
   podman_build "$image" "$hash" "$ROOT/toolset" --file "$ROOT/toolset/Dockerfile" \
-    --target "$target" "$(ca_mount)"
+    --target "$target" "${npm_args[@]}" "$(ca_mount)"
 }
 
 build_samples() {
