@@ -255,7 +255,10 @@ pack_toolset_npm_packages() {
   fi
   log "npm pack d3-flame-graph@$version (registry: $(npm config get registry 2>/dev/null))"
   tmp="$(mktemp -d)"
-  if ! (cd "$tmp" && npm pack --silent "d3-flame-graph@$version" >/dev/null); then
+  if ! (cd "$tmp" && npm pack --loglevel=error "d3-flame-graph@$version" >/dev/null 2>npm.log); then
+    # npm's own reason: its `code` line and the first message line (not the stack trace).
+    grep -E '^npm (error|ERR!) (code |[A-Za-z]*Error|[0-9]{3} |E[A-Z]+ |404)' "$tmp/npm.log" \
+      | head -n 3 >&2 || true
     rm -rf "$tmp"
     die "npm pack d3-flame-graph@$version failed: check npm's registry and proxy settings" \
       "(npm config get registry), or uninstall npm to pack it inside the build"
