@@ -438,6 +438,12 @@ def _trusted_symlink(dir_fd: int) -> bool:
     return root is not None and mount_id(dir_fd) == root
 
 
+def printable(text: str) -> str:
+    """Text of the app's (its log messages, its JIT symbol names) for the user's terminal: each
+    control character (an escape sequence, a carriage return) shown escaped, the rest as is."""
+    return "".join(c if c.isprintable() or c == "\t" else ascii(c)[1:-1] for c in text)
+
+
 def _display(path: str) -> str:
     """A path for messages: the app chooses its names, control characters included."""
     return ascii(path)[1:-1] if path.isprintable() else ascii(path)

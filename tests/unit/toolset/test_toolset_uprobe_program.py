@@ -105,3 +105,13 @@ def test_the_target_line_shows_the_apps_command_line_escaped(common: ModuleType)
     plain = common.Process(pid=8, comm="node", cmdline=["node", "app.js"], start_ticks=0,
                            cgroup="", uid=0)
     assert common.describe(plain) == "PID 8 (node): node app.js"
+
+
+def test_the_apps_text_reaches_the_terminal_without_control_characters(
+    common: ModuleType,
+) -> None:
+    """lttng-trace prints the app's log messages and flamegraph its symbol names: an escape
+    sequence or a carriage return there would rewrite what the user sees."""
+    shown = common.printable("tick 1\x1b[2J\rfake: all good\ttab ünïcode")
+    assert shown == "tick 1\\x1b[2J\\rfake: all good\ttab ünïcode"
+    assert common.printable("plain text") == "plain text"
