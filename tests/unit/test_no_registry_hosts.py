@@ -46,12 +46,24 @@ def is_doc(relative: str) -> bool:
     )
 
 
+SKIPPED_DIRS = {".git", ".venv", "node_modules", "__pycache__", ".mypy_cache", ".ruff_cache",
+                ".pytest_cache", ".hypothesis", "build", "dist", "vendor"}
+
+
 def repository_files(root: Path) -> list[str]:
-    """Tracked files and new ones not ignored (a file about to be committed counts too)."""
-    result = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=root, capture_output=True, check=True, timeout=60,
-    )
+    """Tracked files and new ones not ignored (a file about to be committed counts too); in a
+    copy without git (an unpacked tarball), every file outside tool and build folders."""
+    try:
+        result = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=root, capture_output=True, check=True, timeout=60,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        found = []
+        for directory, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d not in SKIPPED_DIRS and not d.endswith(".egg-info")]
+            found += [str(Path(directory, f).relative_to(root)) for f in files]
+        return sorted(found)
     return sorted({name for name in result.stdout.decode().split("\0") if name})
 
 
@@ -84,6 +96,14 @@ def test_no_code_or_build_file_names_a_registry_or_mirror_host() -> None:
         "configuration instead (apt sources via scripts/debian-mirror.sh, `npm pack` with npm's "
         "config, pip's config):\n" + "\n".join(found)
     )
+
+
+def test_without_git_the_files_are_walked(tmp_path: Path) -> None:
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "build.sh").write_text("x\n")
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / "pip.conf").write_text("x\n")
+    assert repository_files(tmp_path) == ["scripts/build.sh"]
 
 
 def test_the_scan_finds_a_planted_host_outside_docs_and_comments(tmp_path: Path) -> None:
