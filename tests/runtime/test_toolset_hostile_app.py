@@ -134,6 +134,7 @@ def test_flamegraph_writes_nothing_through_the_apps_links(
     clean = hostile_pod.exec("flamegraph", "--name", "app.py", "--seconds", "2", "--frequency",
                              "999", "--out", "/tmp/fg-clean", timeout=300, check=True)
     assert "hottest functions" in clean.stdout
+    assert "no private /tmp" not in clean.stderr, clean.stderr  # perf rendered isolated
     listing = hostile_pod.exec("ls", "-l", "/tmp/fg-clean", check=True).stdout
     assert re.search(r"^-rw------- .* flamegraph\.html$", listing, re.MULTILINE), listing
     # The private work directories are removed (the entrypoint's own files stay).
@@ -206,3 +207,41 @@ def test_uprobe_trace_refuses_a_hostile_binary_path(hostile_pod: PlayedPod) -> N
                               "--function", "fib", "--args", "int", "--seconds", "2",
                               "--max-events", "5", timeout=300, check=True)
     assert len(re.findall(r"^fib\(\d+\)$", traced.stdout, re.MULTILINE)) == 5, traced.stdout
+
+
+# Runs in the sidecar: the prefix flamegraph puts before `perf script`, around a shell that shows
+# what perf would see.
+ISOLATION_PROBE = """
+import importlib.machinery, importlib.util, os, subprocess, sys
+loader = importlib.machinery.SourceFileLoader("flamegraph", "/usr/local/bin/flamegraph")
+module = importlib.util.module_from_spec(importlib.util.spec_from_loader("flamegraph", loader))
+loader.exec_module(module)
+pid = int(sys.argv[1])
+copy = "/var/lib/sidecar-debug/probe-map"
+with open(copy, "w") as handle:
+    handle.write("1000 10 our_copy\\n")
+prefix = module.isolation_prefix(pid, copy)
+os.unlink(copy) if prefix is None else None
+shell = (f"cat /tmp/perf-{pid}.map; ls -A /tmp; "
+         f"nsenter -t {pid} -m true 2>/dev/null && echo ENTERED || echo NOT-ENTERED")
+result = subprocess.run([*(prefix or []), "/bin/sh", "-c", shell], capture_output=True, text=True)
+os.unlink(copy)
+print(prefix is not None, result.returncode)
+print(result.stdout, result.stderr)
+"""
+
+
+def test_perf_renders_in_a_private_tmp_and_cannot_enter_the_apps_mounts(
+    hostile_pod: PlayedPod,
+) -> None:
+    """perf opens /tmp/perf-PID.map by path and follows links, in the app's mount namespace
+    when it can enter it: checking the map before leaves a race. Rendering sees only the copy
+    the script read safely, and cannot enter the app's namespace."""
+    pid = app_pid(hostile_pod)
+    hostile_pod.exec("/bin/sh", "-c", f"echo '2000 10 the_apps_map' > /tmp/perf-{pid}.map",
+                     container="app", check=True)
+    shown = hostile_pod.exec("python3", "-c", ISOLATION_PROBE, pid, check=True).stdout
+    assert shown.startswith("True 0"), shown
+    assert "our_copy" in shown and "the_apps_map" not in shown, shown
+    assert f"perf-{pid}.map" in shown and "fg-clean" not in shown and "lt-out" not in shown, shown
+    assert "NOT-ENTERED" in shown, shown
