@@ -111,27 +111,12 @@ def _no_directory(args: argparse.Namespace) -> bool:
 def _serve(args: argparse.Namespace) -> int:
     if _no_directory(args):
         return 2
-    from werkzeug.serving import WSGIRequestHandler, make_server
-
     from webhook.results.web import create_app
+    from webhook.server.results_server import serve_wsgi
 
-    class Handler(WSGIRequestHandler):
-        """Request lines on stderr, except the kubelet's probes (one every few seconds)."""
-
-        def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-            if not self.path.startswith("/healthz"):
-                super().log_request(code, size)
-
-    server = make_server(args.host, args.port, create_app(args.dir), threaded=True,
-                         request_handler=Handler)
-    print(f"results page on http://{args.host}:{server.server_port}/ (runs in {args.dir})",
+    print(f"results page on http://{args.host}:{args.port}/ (runs in {args.dir})",
           file=sys.stderr, flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    serve_wsgi(create_app(args.dir), args.host, args.port)
     return 0
 
 
