@@ -23,6 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from webhook import constants
 from webhook.controller import metrics
 from webhook.controller.expiry import ExpiryPass, RuleSource
 from webhook.controller.kubeapi import ApiError, ClientApi, KubeApi
@@ -41,7 +42,7 @@ class Options:
     results_dir: Path | None = None
     metrics_address: str = "0.0.0.0"  # noqa: S104 - probes and scrapes come from the node
     metrics_port: int = 9090
-    sidecar_name: str = "debug-toolset"
+    sidecar_name: str = constants.DEFAULT_SIDECAR_NAME
 
 
 class StartError(RuntimeError):
