@@ -25,9 +25,15 @@ pytestmark = [pytest.mark.cluster, pytest.mark.full]
 
 
 def _webhook_deployment(cluster: Cluster) -> str:
-    deployments = cluster.kubectl_json(
-        "get", "deployments", "-n", RELEASE_NAMESPACE,
-        "-l", f"app.kubernetes.io/instance={RELEASE}")["items"]
+    # The release also runs the controller's Deployment: the webhook's selects its pods.
+    deployments = [
+        deployment
+        for deployment in cluster.kubectl_json(
+            "get", "deployments", "-n", RELEASE_NAMESPACE,
+            "-l", f"app.kubernetes.io/instance={RELEASE}")["items"]
+        if deployment["spec"]["selector"]["matchLabels"].get("app.kubernetes.io/component")
+        == "webhook"
+    ]  # fmt: skip
     assert len(deployments) == 1, [d["metadata"]["name"] for d in deployments]
     return str(deployments[0]["metadata"]["name"])
 
