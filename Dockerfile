@@ -18,6 +18,9 @@ RUN apt-get update \
       python3=${PYTHON3_VERSION} python3-venv=${PYTHON3_VERSION} ca-certificates \
  && update-ca-certificates \
  && rm -rf /var/lib/apt/lists/*
+# The package index from the building machine's pip configuration (scripts/images.sh); empty
+# means pip's default. An ARG is in the environment of this stage's RUNs only.
+ARG PIP_INDEX_URL
 ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1

@@ -227,7 +227,13 @@ build_webhook() {
     log "$WEBHOOK_IMAGE up to date"
     return 0
   fi
-  podman_build "$WEBHOOK_IMAGE" "$hash" "$ROOT" --file "$ROOT/Dockerfile" "$(ca_mount)"
+  # The package index the machine's pip is configured with (a mirror, a proxy), unless
+  # PIP_INDEX_URL says otherwise; none configured means pip's own default inside the build too.
+  local index="${PIP_INDEX_URL:-$(python3 -m pip config get global.index-url 2>/dev/null || true)}"
+  local pip_args=()
+  if [[ "$index" == http* ]]; then pip_args=(--build-arg "PIP_INDEX_URL=$index"); fi
+  podman_build "$WEBHOOK_IMAGE" "$hash" "$ROOT" --file "$ROOT/Dockerfile" "$(ca_mount)" \
+    "${pip_args[@]}"
 }
 
 # dockerfile_arg FILE NAME: the default value of `ARG NAME=VALUE` in a Dockerfile.
