@@ -29,6 +29,7 @@ RELEASE = "sidecar-debug"
 RELEASE_NAMESPACE = "sidecar-debug"
 SIDECAR = "debug-toolset"
 STATUS_ANNOTATION = "sidecar-debug.io/status"
+NODE_IMAGE = "localhost/sidecar-debug/sample-node:0.1.0"
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
@@ -130,6 +131,15 @@ def node_images(full_cluster: Cluster) -> dict[str, str]:
     for image in (WEBHOOK_IMAGE, TOOLSET_IMAGE):
         full_cluster.load_image(image)
     return {"webhook": WEBHOOK_IMAGE, "toolset": TOOLSET_IMAGE}
+
+
+@pytest.fixture(scope="session")
+def node_sample(full_cluster: Cluster) -> str:
+    """The Node.js sample app's image (a hot `fibonacci`), built and imported into containerd."""
+    if os.environ.get("SIDECAR_DEBUG_SKIP_IMAGE_BUILD") != "1":
+        build_images("samples")
+    full_cluster.load_image(NODE_IMAGE)
+    return NODE_IMAGE
 
 
 def helm_values(*extra: str) -> list[str]:

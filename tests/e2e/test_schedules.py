@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,21 +16,11 @@ from typing import Any
 import pytest
 
 from tests.cluster.cluster import Cluster
-from tests.e2e.conftest import REPO, apply, wait_pod_running
+from tests.e2e.conftest import apply, wait_pod_running
 
 pytestmark = [pytest.mark.cluster, pytest.mark.full, pytest.mark.timeout(1200)]
 
 MakeNamespace = Callable[..., str]
-NODE_IMAGE = "localhost/sidecar-debug/sample-node:0.1.0"
-
-
-@pytest.fixture(scope="module")
-def node_sample(full_cluster: Cluster) -> str:
-    if os.environ.get("SIDECAR_DEBUG_SKIP_IMAGE_BUILD") != "1":
-        subprocess.run(["bash", str(REPO / "scripts" / "images.sh"), "samples"], check=True,
-                       timeout=3600)
-    full_cluster.load_image(NODE_IMAGE)
-    return NODE_IMAGE
 
 
 def node_pod(name: str, namespace: str, app: str, image: str) -> dict[str, Any]:

@@ -30,18 +30,8 @@ from tests.e2e.conftest import (
 pytestmark = [pytest.mark.cluster, pytest.mark.full, pytest.mark.timeout(1200)]
 
 MakeNamespace = Callable[..., str]
-NODE_IMAGE = "localhost/sidecar-debug/sample-node:0.1.0"
 MODE = "sidecar-debug.io/mode"
 STATUS = "sidecar-debug.io/status"
-
-
-@pytest.fixture(scope="module")
-def node_sample(full_cluster: Cluster) -> str:
-    if os.environ.get("SIDECAR_DEBUG_SKIP_IMAGE_BUILD") != "1":
-        subprocess.run(["bash", str(REPO / "scripts" / "images.sh"), "samples"], check=True,
-                       timeout=3600)
-    full_cluster.load_image(NODE_IMAGE)
-    return NODE_IMAGE
 
 
 def cli(cluster: Cluster, *args: str, timeout: float = 300,
