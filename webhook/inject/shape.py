@@ -182,6 +182,14 @@ def type_name(value: Any) -> str:
     return type(value).__name__
 
 
+def type_name_with_article(value: Any) -> str:
+    """`type_name` as a sentence says it: "a string", "an object", "null"."""
+    name = type_name(value)
+    if name == "null":
+        return name
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
 def _key(name: str) -> str:
     """A map key as it appears in a path: `labels.app`, `annotations["a.io/b"]`."""
     shown = name if len(name) <= 63 else name[:60] + "..."

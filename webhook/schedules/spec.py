@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from webhook import constants
+from webhook.inject.shape import type_name_with_article
 from webhook.policy.model import LabelSelector, parse_duration
 from webhook.schedules import cron
 
@@ -74,11 +75,6 @@ class Schedule:
                 f"'{self.cron.expression}', {target}")
 
 
-def _type_name(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean",
-            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
-
-
 def _duration(value: Any, where: str) -> int:
     if isinstance(value, bool):
         raise ScheduleError(f"{where}: duration: expected seconds or a duration like 30s, "
@@ -97,7 +93,9 @@ def _duration(value: Any, where: str) -> int:
 
 def _int(value: Any, name: str, where: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ScheduleError(f"{where}: {name}: expected a whole number, got {_type_name(value)}")
+        raise ScheduleError(
+            f"{where}: {name}: expected a whole number, got {type_name_with_article(value)}"
+        )
     if not low <= value <= high:
         raise ScheduleError(f"{where}: {name}: {value} is outside {low}..{high}")
     return value
@@ -115,7 +113,7 @@ def _selector(value: Any, where: str) -> LabelSelector:
     name = f"{where}: selector"
     if not isinstance(value, dict):
         raise ScheduleError(f"{name}: expected a label selector mapping (matchLabels, "
-                            f"matchExpressions), got {_type_name(value)}")
+                            f"matchExpressions), got {type_name_with_article(value)}")
     unknown = sorted(set(value) - {"matchLabels", "matchExpressions"})
     if unknown:
         raise ScheduleError(f"{name}: unknown field {unknown[0]!r} (a label selector has "
@@ -147,7 +145,7 @@ def _selector(value: Any, where: str) -> LabelSelector:
 def parse_one(raw: Any, *, namespace: str, pod: str | None, index: int, where: str) -> Schedule:
     if not isinstance(raw, dict):
         raise ScheduleError(f"{where}: expected a mapping with cron, duration, technique..., "
-                            f"got {_type_name(raw)}")
+                            f"got {type_name_with_article(raw)}")
     unknown = sorted(set(raw) - set(FIELDS))
     if unknown:
         raise ScheduleError(f"{where}: unknown field {unknown[0]!r} (fields: "
