@@ -34,7 +34,9 @@ ADMIN = "admin"
 PLAIN_USERS = ("alice", "bob", "carol")
 NODE_NAME = "sidecar-debug-node"
 FEATURE_GATES = "EphemeralContainers=true"
-LITE_SERVICE_CIDR = "127.96.0.0/24"
+# Overridable so that several lite clusters on one machine (parallel work trees) do not hand out
+# the same loopback ClusterIPs, which their tests' webhook processes bind.
+LITE_SERVICE_CIDR = os.environ.get("SIDECAR_DEBUG_LITE_SERVICE_CIDR", "127.96.0.0/24")
 FULL_SERVICE_CIDR = "10.96.0.0/24"
 CLUSTER_DOMAIN = "cluster.local"
 
