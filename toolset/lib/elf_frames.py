@@ -56,7 +56,7 @@ class Row:
     signal: bool = False
 
 
-def uleb(data: bytes, offset: int) -> tuple[int, int]:
+def uleb(data: bytes | mmap.mmap, offset: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         byte = data[offset]
@@ -67,7 +67,7 @@ def uleb(data: bytes, offset: int) -> tuple[int, int]:
             return result, offset
 
 
-def sleb(data: bytes, offset: int) -> tuple[int, int]:
+def sleb(data: bytes | mmap.mmap, offset: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         byte = data[offset]

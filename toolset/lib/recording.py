@@ -1,3 +1,4 @@
+# ruff: noqa: S603  (runs the tools of this image with arguments built here)
 """The one recording entry point of the toolset: profile a process of the pod into a run
 directory holding `stacks.folded` (the source of truth) and `meta.json` (what was recorded, how,
 and how well: the named share, the unwinding used per binary, warnings).
@@ -342,6 +343,26 @@ def perf_command(perf: str, options: Options, access: Access, data: str,
             "sleep", f"{options.seconds:g}"]
 
 
+def java_perf_map(target: common.Process) -> str | None:
+    """Have the JVM write /tmp/perf-PID.map (its JIT code's names) with jattach, as `jcmd PID
+    Compiler.perfmap` would (JDK >= 17); jattach finds the JVM's attach socket through its
+    mount namespace and user. None when done, else a warning."""
+    jattach = shutil.which("jattach")
+    if jattach is None:
+        return "jattach is not in this toolset image: Java's JIT frames are unnamed"
+    try:
+        result = subprocess.run([jattach, str(target.pid), "jcmd", "Compiler.perfmap"],
+                                capture_output=True, text=True, timeout=30, check=False,
+                                stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return "jattach did not get an answer from the JVM in 30 s: Java's JIT frames are unnamed"
+    if result.returncode != 0:
+        last = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+        return (f"jattach {target.pid} jcmd Compiler.perfmap failed "
+                f"({common.printable((last or ['?'])[-1])[:200]}): Java's JIT frames are unnamed")
+    return None
+
+
 def run_perf(options: Options, work: str) -> Run:
     perf = shutil.which("perf")
     if perf is None:
@@ -351,6 +372,16 @@ def run_perf(options: Options, work: str) -> Run:
     access = perf_access(target)
     opener = BinaryOpener(target.pid)
     frame_pointers = options.type == "cpu" and frame_pointers_everywhere(target.pid, opener)
+    warnings = [access.note] if access.note else []
+    java = detect_runtime(target) == "java"
+    jattach_worked = False
+    if java:
+        # Before recording (the code compiled so far), and again after (what it compiled
+        # meanwhile): the JVM rewrites the whole map each time.
+        problem = java_perf_map(target)
+        jattach_worked = problem is None
+        if problem:
+            warnings.append(problem)
     data = os.path.join(work, "perf.data")
     command = perf_command(perf, options, access, data, frame_pointers)
     options.progress(f"recording {options.seconds:g} s at {options.frequency} Hz "
@@ -362,16 +393,17 @@ def run_perf(options: Options, work: str) -> Run:
     if recorder.returncode != 0 or not os.path.exists(data):
         raise explain_perf_error(stderr, target)
     started = time.monotonic()
+    if jattach_worked:
+        java_perf_map(target)
     perf_map = read_perf_map(target.pid)
     folded, unwinder = unwind_file(data, target.pid, opener, perf_map, options)
     methods = {dso.label: sorted(dso.methods) for dso in unwinder.dsos.values() if dso.methods}
-    warnings = [access.note] if access.note else []
-    warnings += [f"{problem}" for problem in opener.problems[:5]]
+    warnings += opener.problems[:5]
     lost = re.findall(r"(\d+) (?:samples|chunks|events) lost", stderr)
     if lost:
         warnings.append(f"perf lost {sum(int(n) for n in lost)} events (the app was busier "
                         "than the buffer): counts are lower than the truth")
-    runtime_hint = target.runtime
+    runtime_hint = "java" if java else target.runtime
     if runtime_hint in common.JIT_HINTS and runtime_hint != "python" and perf_map is None:
         warnings.append(f"{runtime_hint} JIT-compiles its code but no perf map was found: JIT "
                         f"frames are unnamed. Start the app with "

@@ -1,3 +1,4 @@
+# ruff: noqa: S108  (names /tmp/perf-PID.map, the JIT runtimes' convention; nothing is opened here)
 """Samples of perf.data -> named stacks: unwinding per binary, symbols, one-pass folding.
 
 Per frame, the binary the address falls in decides how to find the caller:
@@ -156,7 +157,8 @@ class Demangler:
 
 def strip_parameters(name: str) -> str:
     """`ns::f(int, char**) const` -> `ns::f`: the parameter list is noise in a flame graph."""
-    text = re.sub(r"\s*(const|volatile|&|&&|noexcept)\s*$", "", name)
+    text = re.sub(r"( \[clone [^\]]*\])+$", "", name)  # gcc's specialised copies
+    text = re.sub(r"\s*(const|volatile|&|&&|noexcept)\s*$", "", text)
     if not text.endswith(")"):
         return name
     depth = 0
@@ -318,9 +320,8 @@ class Unwinder:
             if outcome == "end":
                 return frames
             if outcome == "beyond":
-                size = len(stack.data) // 1024
-                frames.append(Frame(
-                    f"[unwind stopped: stack deeper than the {size} KiB copied]", False))
+                frames.append(Frame("[unwind stopped: stack deeper than the "
+                                    f"{len(stack.data) / 1024:g} KiB copied]", False))
                 return frames
             if outcome == "no-fp":
                 what = ("has no frame pointers" if dso.elf is None or not dso.elf.has_cfi
