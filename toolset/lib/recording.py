@@ -97,7 +97,8 @@ def attached_hint() -> str:
 @dataclass
 class Access:
     user_only: bool
-    note: str = ""
+    note: str = ""  # for the run's warnings
+    why: str = ""  # the reason alone, for a refusal that depends on it
 
 
 def perf_access(target: common.Process) -> Access:
@@ -121,10 +122,10 @@ def perf_access(target: common.Process) -> Access:
             f"perf_event_paranoid is {paranoid} on this node and this toolset has no "
             f"CAP_PERFMON: no perf events at all; {attached_hint()}, or lower "
             "kernel.perf_event_paranoid to 2 on the node")
-    return Access(user_only=True, note=(
-        f"user-space only: perf_event_paranoid is {paranoid} and this toolset has no "
-        "CAP_PERFMON, so kernel frames are not sampled (time in system calls shows as the "
-        "user frame that called them)"))
+    why = f"perf_event_paranoid is {paranoid} and this toolset has no CAP_PERFMON"
+    return Access(user_only=True, why=why, note=(
+        f"user-space only: {why}, so kernel frames are not sampled (time in system calls "
+        "shows as the user frame that called them)"))
 
 
 def explain_perf_error(stderr: str, target: common.Process) -> RecordingFailed:
@@ -333,11 +334,11 @@ def perf_command(perf: str, options: Options, access: Access, data: str,
     callgraph = ["-g"] if frame_pointers else ["--call-graph", f"dwarf,{stack}"]
     events: list[str] = []
     if options.type in ("cpu", "wall"):
-        events += ["-e", f"cpu-clock{modifier}", "-F", str(options.frequency)]
+        events += ["-e", f"cpu-clock/freq={options.frequency}/{modifier}"]
     if options.type in ("offcpu", "wall"):
         # Every switch-out of the app's threads, with its stack; --switch-events adds the
         # switch-in times (how long each wait lasted). Software events: no tracefs needed.
-        events += ["-e", f"context-switches{modifier}", "-c", "1", "--switch-events"]
+        events += ["-e", "context-switches/period=1/", "--switch-events"]
     return [perf, "record", "-q", *events, *callgraph, "--no-buildid", "--no-buildid-cache",
             "-m", "8M", "-p", str(options.target.pid), "-o", data, "--",
             "sleep", f"{options.seconds:g}"]
@@ -370,6 +371,11 @@ def run_perf(options: Options, work: str) -> Run:
                                          "toolset or toolset-slim image")
     target = options.target
     access = perf_access(target)
+    if access.user_only and options.type != "cpu":
+        raise RecordingFailed(
+            "type-unsupported",
+            f"--type {options.type} needs context-switch events, which happen in the kernel: "
+            f"{access.why}; use --type cpu, or " + attached_hint())
     opener = BinaryOpener(target.pid)
     frame_pointers = options.type == "cpu" and frame_pointers_everywhere(target.pid, opener)
     warnings = [access.note] if access.note else []
@@ -441,7 +447,7 @@ def unwind_file(path: str, pid: int, opener: BinaryOpener,
     for sample in cpu_samples:
         frames = unwinder.unwind(sample)
         if options.type == "wall":
-            frames.insert(0, stacks_unwind.Frame("[on CPU]", None))
+            frames.append(stacks_unwind.Frame("[on CPU]", None))  # the root: one tower each
         folded.add(frames, period_us if options.type == "wall" else 1, 1)
     if switches:
         waits = off_cpu_waits(records)
@@ -451,7 +457,7 @@ def unwind_file(path: str, pid: int, opener: BinaryOpener,
                 continue
             frames = unwinder.unwind(sample)
             state = "[off CPU: preempted, waiting for a CPU]" if wait[1] else "[off CPU: blocked]"
-            frames.insert(0, stacks_unwind.Frame(state, None))
+            frames.append(stacks_unwind.Frame(state, None))
             folded.add(frames, max(1, wait[0] // 1000), 1)
     return folded, unwinder
 

@@ -178,9 +178,12 @@ def strip_parameters(name: str) -> str:
 class Stack:
     """The copy of the user stack a sample carries, from its stack pointer up."""
 
-    def __init__(self, base: int, data: bytes) -> None:
+    def __init__(self, base: int, data: bytes, complete: bool = False) -> None:
         self.base = base
         self.data = data
+        # The kernel copied less than asked: the copy ends where the stack's mapping ends, so
+        # nothing lies beyond it (no "deeper than the copy").
+        self.complete = complete
 
     def read(self, address: int) -> int | None:
         offset = address - self.base
@@ -293,7 +296,7 @@ class Unwinder:
         regs = dict(sample.regs)
         if RSP not in regs or RA not in regs:
             return [Frame("[unwind stopped: no user registers in the sample]", False)]
-        stack = Stack(regs[RSP], sample.stack)
+        stack = Stack(regs[RSP], sample.stack, len(sample.stack) < sample.attr.stack_user)
         frames: list[Frame] = []
         pc = regs[RA]
         for depth in range(MAX_DEPTH):
@@ -319,13 +322,19 @@ class Unwinder:
                 outcome = self._fp_step(regs, stack)
             if outcome == "end":
                 return frames
+            if outcome == "beyond" and stack.complete:
+                return frames
             if outcome == "beyond":
                 frames.append(Frame("[unwind stopped: stack deeper than the "
                                     f"{len(stack.data) / 1024:g} KiB copied]", False))
                 return frames
             if outcome == "no-fp":
-                what = ("has no frame pointers" if dso.elf is None or not dso.elf.has_cfi
-                        else "has no CFI for this code and no frame pointer")
+                if dso.elf is not None and dso.elf.is_go:
+                    what = "switched stacks (Go runtime: goroutine and system stacks)"
+                elif dso.elf is None or not dso.elf.has_cfi:
+                    what = "has no frame pointers"
+                else:
+                    what = "has no CFI for this code and no frame pointer"
                 frames.append(Frame(f"[unwind stopped: {dso.label} {what}]", False))
                 return frames
             if regs[RA] == 0:

@@ -34,11 +34,11 @@ JIT_START, JIT_END = 0x7F0000000000, 0x7F0000100000
 STACK_BASE = 0x7FFD00000000
 
 
-def attr_bytes(sample_id: int, config: int = 0) -> bytes:
+def attr_bytes(sample_id: int, config: int = 0, stack_size: int = 8192) -> bytes:
     attr = bytearray(128)
     flags = 1 << 18  # sample_id_all
     struct.pack_into("<IIQQQQQ", attr, 0, 1, 128, config, 99, SAMPLE_TYPE, 0, flags)
-    struct.pack_into("<QQI", attr, 72, 0, REGS_MASK, 8192)
+    struct.pack_into("<QQI", attr, 72, 0, REGS_MASK, stack_size)
     return bytes(attr)
 
 
@@ -152,10 +152,10 @@ def test_a_broken_frame_pointer_chain_becomes_one_frame_that_says_so(
 def test_stacks_deeper_than_the_copy_say_so(lib: dict[str, ModuleType]) -> None:
     perf_data, unwind = lib["perf_data"], lib["stacks_unwind"]
     stack, bp = fp_stack([JIT_START + 0x210] * 40)
-    cut = stack[:256]  # the kernel copied only this much
+    cut = stack[:256]  # perf asked for 256 bytes: the rest of the stack is not in the sample
     content = perf_file([mmap2(7, JIT_START, JIT_END, "//anon", prot=7),
                          sample(7, 1, JIT_START + 0x110, bp, STACK_BASE, cut)],
-                        [(attr_bytes(1), [1])])
+                        [(attr_bytes(1, stack_size=256), [1])])
     records = list(perf_data.PerfData(content).records())
     unwinder = unwind.Unwinder([r for r in records if isinstance(r, perf_data.Mapping)],
                                lambda mapping: None,
@@ -163,6 +163,13 @@ def test_stacks_deeper_than_the_copy_say_so(lib: dict[str, ModuleType]) -> None:
     frames = unwinder.unwind(next(r for r in records if isinstance(r, perf_data.Sample)))
     assert frames[-1].name == "[unwind stopped: stack deeper than the 0.25 KiB copied]"
     assert 10 < len(frames) < 20
+    # Where the kernel copied less than asked, the stack's mapping ended: the outermost frame.
+    content = perf_file([mmap2(7, JIT_START, JIT_END, "//anon", prot=7),
+                         sample(7, 1, JIT_START + 0x110, bp, STACK_BASE, cut)],
+                        [(attr_bytes(1, stack_size=8192), [1])])
+    records = list(perf_data.PerfData(content).records())
+    frames = unwinder.unwind(next(r for r in records if isinstance(r, perf_data.Sample)))
+    assert not frames[-1].name.startswith("[unwind stopped")
 
 
 def test_truncated_and_foreign_files(lib: dict[str, ModuleType]) -> None:
