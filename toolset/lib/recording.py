@@ -402,8 +402,14 @@ def run_perf(options: Options, work: str) -> Run:
     if jattach_worked:
         java_perf_map(target)
     perf_map = read_perf_map(target.pid)
+    unsafe = common.unsafe_perf_map(target.pid)
+    if unsafe:
+        # Read without following links (open_perf_map): a planted link is simply not read.
+        warnings.append(f"ignored the app's perf map: {unsafe} (planted by the app?)")
     folded, unwinder = unwind_file(data, target.pid, opener, perf_map, options)
-    methods = {dso.label: sorted(dso.methods) for dso in unwinder.dsos.values() if dso.methods}
+    # binary -> how its frames were unwound ("dwarf-cfi", "frame-pointer", or both joined by +)
+    methods = {dso.label: "+".join(sorted(dso.methods))
+               for dso in unwinder.dsos.values() if dso.methods}
     warnings += opener.problems[:5]
     lost = re.findall(r"(\d+) (?:samples|chunks|events) lost", stderr)
     if lost:
@@ -536,8 +542,8 @@ def run_pyspy(options: Options, work: str) -> Run:
             folded.add(frames, int(count))
     meta: dict[str, Any] = {
         "technique": "py-spy",
-        "unwinding": {"python": ["py-spy (interpreter frames)"],
-                      "native": ["py-spy --native (DWARF CFI, libunwind)"]},
+        "unwinding": {"python": "py-spy (the interpreter's frame objects)",
+                      "native": "py-spy --native (dwarf-cfi)"},
         "callgraph": "py-spy --native",
         "tools": {"py-spy": tool_version([pyspy, "--version"])},
     }
