@@ -77,5 +77,5 @@ def test_demo_pod_flame_graph_is_named(
     assert "fibonacci" in hottest, folded[:2000]
     assert "node::Start" in folded and "uv_run" in folded, folded[:2000]
     # The CLI's summary says it too (the sidecar's summary line, or the renderer's).
-    match = re.search(r"named frames: (\d+(?:\.\d+)?) ?%", result.stdout)
+    match = re.search(r"named frames:\s+(\d+(?:\.\d+)?) ?%", result.stdout)
     assert match and float(match.group(1)) >= 95, result.stdout
