@@ -70,7 +70,13 @@ def test_demo_pod_flame_graph_is_named(
     assert result.returncode == 0, result.stdout + result.stderr
     folded = output.with_suffix(".folded").read_text()
     share, depth = named_share(folded)
-    assert share >= 0.95, folded[:3000]
+    # 93 %, not 95: two frames of every stack have no name anywhere in the pod, libuv's
+    # uv__run_check and V8's anonymous-namespace Invoke (hidden symbols of Debian's stripped
+    # libuv1 and libnode108); they show once each, as [libuv.so.1.0.0] and [libnode.so.108].
+    assert share >= 0.93, folded[:3000]
+    unnamed = {frame for line in folded.splitlines()
+               for frame in line.rpartition(" ")[0].split(";") if frame.startswith("[")}
+    assert unnamed <= {"[libuv.so.1.0.0]", "[libnode.so.108]"}, unnamed
     # fibonacci(25) recursion under work/processImmediate and node's event loop: ~45 frames.
     assert depth <= 60, depth
     hottest = folded.splitlines()[0].rpartition(" ")[0].rsplit(";", 1)[-1]
@@ -78,4 +84,4 @@ def test_demo_pod_flame_graph_is_named(
     assert "node::Start" in folded and "uv_run" in folded, folded[:2000]
     # The CLI's summary says it too (the sidecar's summary line, or the renderer's).
     match = re.search(r"named frames:\s+(\d+(?:\.\d+)?) ?%", result.stdout)
-    assert match and float(match.group(1)) >= 95, result.stdout
+    assert match and float(match.group(1)) >= 93, result.stdout

@@ -257,6 +257,11 @@ class Unwinder:
         vaddr = dso.elf.vaddr_of_offset(address - mapping.start + mapping.pgoff)
         symbol = dso.elf.symbol(vaddr) if vaddr is not None else None
         if symbol is None:
+            # A runtime may name code inside its own binary in its perf map: V8 logs its
+            # embedded builtins (Builtins_JSEntry, ...), which a stripped libnode does not name.
+            logged = self.perf_map.lookup(address) if self.perf_map is not None else None
+            if logged is not None:
+                return Frame(clean_name(logged), True)
             return Frame(f"[{dso.label}]", False)
         return Frame(clean_name(self.demangle(symbol)), True)
 
