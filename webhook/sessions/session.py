@@ -17,8 +17,6 @@ in it or copied from it.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import secrets
 import shlex
@@ -49,6 +47,9 @@ EXIT_USAGE = 2
 EXIT_NO_TOOLSET = 5  # the pod has no (trustworthy) toolset container
 EXIT_API = 6  # the Kubernetes API refused or failed
 
+# Output of one exec kept in memory (stdout and stderr together; a copy-back's archive is
+# spooled instead, see copyback): above it the command is stopped, whatever runs in the pod.
+DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024
 REMOTE_BASE = "/tmp/sidecar-debug"  # noqa: S108 - in the pod, under its emptyDir
 # Kubernetes minor versions: the ephemeralcontainers subresource takes the Pod from 1.22 (an
 # EphemeralContainers object before), and an ephemeral container may have a securityContext
@@ -87,6 +88,9 @@ class Session:
     settings_ref: str | None = None
     config_file: str | None = None
     image: str | None = None
+    # Caps on what the pod may send back (--max-output-bytes, --max-copy-bytes).
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    max_copy_bytes: int = copyback.DEFAULT_MAX_COPY_BYTES
     _installed: InstalledSettings | None = field(default=None, init=False, repr=False)
     _settings_error: str = field(default="", init=False, repr=False)
 
@@ -156,8 +160,10 @@ class Session:
     def exec(self, command: Sequence[str], *, container: str | None = None,
              on_stderr: Callable[[str], None] | None = None,
              on_stdout: Callable[[str], None] | None = None,
-             timeout: float = 3600) -> ExecResult:
-        """Run `command` in the toolset container; stream stderr (progress) as it comes."""
+             timeout: float = 3600, keep_stdout: bool = True) -> ExecResult:
+        """Run `command` in the toolset container; stream stderr (progress) as it comes.
+        What is kept in memory (stdout unless `keep_stdout` is False, and stderr) is capped at
+        max_output_bytes: past it the exec is closed and SessionError raised."""
         from kubernetes.client.exceptions import ApiException
         from kubernetes.stream import stream
 
@@ -172,33 +178,41 @@ class Session:
                                EXIT_API) from error
         stdout_parts: list[str] = []
         stderr_parts: list[str] = []
+        kept = [0]
+
+        def take(chunk: str, parts: list[str] | None,
+                 callback: Callable[[str], None] | None) -> None:
+            if parts is not None:
+                kept[0] += len(chunk)
+                if kept[0] > self.max_output_bytes:
+                    raise SessionError(
+                        f"{shlex.join(command)} sent more than {self.max_output_bytes} bytes of "
+                        "output; it was stopped (raise --max-output-bytes if you expect that "
+                        "much)")
+                parts.append(chunk)
+            if callback:
+                callback(chunk)
+
+        kept_stdout = stdout_parts if keep_stdout else None
         deadline = time.monotonic() + timeout
         try:
             while response.is_open():
                 response.update(timeout=1)
                 if response.peek_stdout():
-                    chunk = response.read_stdout()
-                    stdout_parts.append(chunk)
-                    if on_stdout:
-                        on_stdout(chunk)
+                    take(response.read_stdout(), kept_stdout, on_stdout)
                 if response.peek_stderr():
-                    chunk = response.read_stderr()
-                    stderr_parts.append(chunk)
-                    if on_stderr:
-                        on_stderr(chunk)
+                    take(response.read_stderr(), stderr_parts, on_stderr)
                 if time.monotonic() > deadline:
                     raise SessionError(f"{shlex.join(command)} did not finish in {timeout:.0f} s")
             # Every peek reads frames too: the one that met the close frame may have buffered
             # the last output after this loop's reads (a trace copy lost its tail that way).
             for read, parts, callback in (
-                (response.read_stdout, stdout_parts, on_stdout),
+                (response.read_stdout, kept_stdout, on_stdout),
                 (response.read_stderr, stderr_parts, on_stderr),
             ):
                 chunk = read(timeout=0)
                 if chunk:
-                    parts.append(chunk)
-                    if callback:
-                        callback(chunk)
+                    take(chunk, parts, callback)
             returncode = response.returncode
         finally:
             response.close()
@@ -216,31 +230,42 @@ class Session:
         files whose content is returned, never written) from `remote_dir` in the toolset
         container: tar | base64 over exec, unpacked by webhook.sessions.copyback."""
         names = [*destinations, *read]
-        unwritten = "; nothing was written"
         try:
             copyback.refuse_overwrite(destinations.values(), force)
         except copyback.CopyError as error:
             raise SessionError(str(error), EXIT_USAGE) from error
         quoted = " ".join(shlex.quote(name) for name in names)
         script = f"cd {shlex.quote(remote_dir)} && tar -cf - {quoted} | base64 -w0"
-        result = self.exec(["sh", "-c", script], container=container)
-        if result.returncode != 0:
-            raise SessionError(f"copying {', '.join(names)} from the pod failed: "
-                               f"{result.stderr.strip()}")
         where = (f"the files are still in {remote_dir} in container "
                  f"{container or 'the toolset container'}")
+        received = copyback.Base64Archive(self.max_copy_bytes)
         try:
-            data = base64.b64decode("".join(result.stdout.split()), validate=True)
-        except (ValueError, binascii.Error) as error:
-            raise SessionError(
-                f"copying {', '.join(names)} from the pod: the archive arrived incomplete "
-                f"({len(result.stdout)} characters, {error}); {where}: run the command again, "
-                "or copy them with kubectl cp"
-            ) from error
+            try:
+                result = self.exec(["sh", "-c", script], container=container,
+                                   on_stdout=received.feed, keep_stdout=False)
+            except copyback.CopyError as error:
+                raise SessionError(f"copying {', '.join(names)} from the pod: {error}; "
+                                   f"nothing was written; {where}") from error
+            if result.returncode != 0:
+                raise SessionError(f"copying {', '.join(names)} from the pod failed: "
+                                   f"{result.stderr.strip()}")
+            try:
+                archive = received.finish()
+            except copyback.CopyError as error:
+                raise SessionError(
+                    f"copying {', '.join(names)} from the pod: {error}; {where}: run the "
+                    "command again, or copy them with kubectl cp") from error
+            return self._unpack(archive, names, destinations, read, force, where)
+        finally:
+            received.close()
+
+    def _unpack(self, archive: Any, names: Sequence[str], destinations: Mapping[str, Path],
+                read: Sequence[str], force: bool, where: str) -> dict[str, bytes]:
+        unwritten = "; nothing was written"
         first = next(iter(destinations.values()), Path(".") / "x")
         try:
             with copyback.staging_directory(first.parent) as staging:
-                arrived = copyback.extract(data, names, staging)
+                arrived = copyback.extract(archive, names, staging, self.max_copy_bytes)
                 missing = [name for name in names if name not in arrived]
                 if missing:
                     raise copyback.CopyError(f"the pod sent no {', '.join(missing)}")

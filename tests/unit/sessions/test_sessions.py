@@ -175,9 +175,15 @@ class FakeSession(sessions.Session):
         self.archive = archive
         self.commands: list[list[str]] = []
 
-    def exec(self, command: Sequence[str], **_: Any) -> sessions.ExecResult:
+    def exec(self, command: Sequence[str], *, on_stdout: Any = None, keep_stdout: bool = True,
+             **_: Any) -> sessions.ExecResult:
+        """Sends the archive as exec does: in chunks to on_stdout, kept only if asked."""
         self.commands.append(list(command))
-        return sessions.ExecResult(0, base64.b64encode(self.archive).decode(), "")
+        text = base64.b64encode(self.archive).decode()
+        for start in range(0, len(text), 4099):
+            if on_stdout:
+                on_stdout(text[start:start + 4099])
+        return sessions.ExecResult(0, text if keep_stdout else "", "")
 
 
 def tar_of(files: dict[str, bytes], extra: Sequence[tarfile.TarInfo] = ()) -> bytes:
