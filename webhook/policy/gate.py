@@ -92,6 +92,17 @@ class Explanation:
     access_checks: int = 0  # SubjectAccessReview calls actually made (cache hits excluded)
 
 
+@dataclass(frozen=True)
+class GrantVerdict:
+    """check_grant's answer: whether a toolset already in a pod is held, and by whom."""
+
+    granted: bool
+    grant: str  # "unprivileged", "serviceaccount:NS:SA", "user:NAME", ...; "none" when not
+    reason: str  # a Reason code
+    message: str  # who granted it; or why not, with the `kubectl create rolebinding` to fix it
+    max_session: dt.timedelta | None = None  # the matching rule's maxSessionDuration
+
+
 @dataclass
 class _Refusal:
     reason: Reason
@@ -318,34 +329,11 @@ class PolicyGate:
                     return self._refuse(request, rule, _Refusal("image-not-allowed", text), label)
                 warnings.append(f"{text}; using the configured image {self.settings.toolset_image}")
 
-        refusal: _Refusal | None = None
-        grant = "unprivileged"
-        reason: Reason = "unprivileged"
-        if uncertain and profile.requires_grant:
-            # The rule that could not be decided applies (its mode, its defaultProfile), and
-            # nothing that needs a grant is given while it is undecided.
-            refusal = _Refusal(
-                "namespace-lookup-failed",
-                f"profile {profile.name!r} needs an RBAC grant and namespace "
-                f"{request.namespace!r} could not be read to match the policy",
-            )
-        elif not rule.allows_profile(profile.name):
-            refusal = _Refusal(
-                "not-allowed-by-policy",
-                f"profile {profile.name!r} is not allowed by {label} "
-                f"(allowed: {rule.describe_profiles()})",
-            )
-        elif not profile.requires_grant:
-            trace.append(f"profile {profile.name!r} needs no grant")
-        else:
-            outcome = self._check_grant(request, profile, rule, trace, calls)
-            if isinstance(outcome, _Refusal):
-                refusal = outcome
-            else:
-                reason, grant = outcome
-        if refusal is not None:
-            trace.append(refusal.detail)
-            return self._refuse(request, rule, refusal, label, warnings)
+        judged = self._judge(request, rule, uncertain, label, trace, calls)
+        if isinstance(judged, _Refusal):
+            trace.append(judged.detail)
+            return self._refuse(request, rule, judged, label, warnings)
+        reason, grant = judged
 
         message = f"profile {profile.name!r} injected ({_GRANT_TEXT[reason]}{grant_suffix(grant)})"
         if request.ephemeral_container is not None:
@@ -356,6 +344,71 @@ class PolicyGate:
         return self._result(
             request, rule, profile.name, True, reason, message, grant, image, warnings
         )
+
+    def _judge(
+        self,
+        request: PolicyRequest,
+        rule: RuleSettings,
+        uncertain: bool,
+        label: str,
+        trace: list[str],
+        calls: list[int],
+    ) -> tuple[Reason, str] | _Refusal:
+        """Does the request hold its profile: (reason, grant), or why not."""
+        profile = request.requested_profile
+        if uncertain and profile.requires_grant:
+            # The rule that could not be decided applies (its mode, its defaultProfile), and
+            # nothing that needs a grant is given while it is undecided.
+            return _Refusal(
+                "namespace-lookup-failed",
+                f"profile {profile.name!r} needs an RBAC grant and namespace "
+                f"{request.namespace!r} could not be read to match the policy",
+            )
+        if not rule.allows_profile(profile.name):
+            return _Refusal(
+                "not-allowed-by-policy",
+                f"profile {profile.name!r} is not allowed by {label} "
+                f"(allowed: {rule.describe_profiles()})",
+            )
+        if not profile.requires_grant:
+            trace.append(f"profile {profile.name!r} needs no grant")
+            return "unprivileged", "unprivileged"
+        return self._check_grant(request, profile, rule, trace, calls)
+
+    def check_grant(self, request: PolicyRequest) -> GrantVerdict:
+        """Does the request hold `requested_profile` (and its image) right now: the rules,
+        RBAC checks and cache of evaluate(), without the rule's mode (no downgrade, no skip).
+        The guard (webhook.admission.guard) asks this of a toolset already in a pod."""
+        policy = self.store.current()
+        trace: list[str] = []
+        try:
+            matched, uncertain = self._match(
+                policy, request.namespace, request.service_account, trace
+            )
+            rule = matched.settings if matched else policy.defaults
+            label = f"policy rule {matched.name!r}" if matched else "the defaults"
+            wanted = request.requested_image
+            judged: tuple[Reason, str] | _Refusal
+            if wanted and wanted != self.settings.toolset_image and not rule.allows_image(wanted):
+                judged = _Refusal(
+                    "image-not-allowed",
+                    f"toolset image {wanted!r} is not allowed by {label} (allowedImages: "
+                    f"{', '.join(rule.allowed_images) or 'none'})",
+                )
+            else:
+                judged = self._judge(request, rule, uncertain, label, trace, [0])
+        except Exception as exc:  # a bug must not grant
+            log.exception("grant check failed; no grant")
+            return GrantVerdict(False, "none", "policy-error", f"the policy gate failed ({exc!r})")
+        if isinstance(judged, _Refusal):
+            hint = f" To grant it: {judged.hint}" if judged.hint else ""
+            return GrantVerdict(
+                False, "none", judged.reason, f"{judged.detail}; decided by {label}.{hint}",
+                rule.max_session,
+            )
+        reason, grant = judged
+        text = f"{_GRANT_TEXT[reason]}{grant_suffix(grant)}"
+        return GrantVerdict(True, grant, reason, text, rule.max_session)
 
     def _standby(
         self, request: PolicyRequest, rule: RuleSettings, label: str, trace: list[str]
