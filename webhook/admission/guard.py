@@ -39,6 +39,7 @@ from webhook.inject import shape
 from webhook.inject.attach import env_value
 from webhook.logs import REVIEW_LOGGER, log_fields
 from webhook.policy.api import PolicyRequest
+from webhook.rfc3339 import parse_time
 
 if TYPE_CHECKING:
     from webhook.kube.access import PodReader
@@ -135,16 +136,6 @@ def significant_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | 
     return None
 
 
-def _parse_time(value: str | None) -> dt.datetime | None:
-    if not value:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else None
-
-
 def fact_problems(
     container: Mapping[str, Any],
     verdict: GrantVerdict,
@@ -160,14 +151,14 @@ def fact_problems(
             f"{constants.ENV_GRANT} is {grant!r}, but the grant re-derived now is {verdict.grant!r}"
         )
     raw_started = env_value(container, constants.ENV_SESSION_STARTED)
-    started = _parse_time(raw_started)
+    started = parse_time(raw_started)
     if started is None:
         problems.append(f"{constants.ENV_SESSION_STARTED} is {raw_started!r}, not an RFC 3339 time")
     elif abs(started - now) > FACT_SKEW:
         problems.append(f"{constants.ENV_SESSION_STARTED} {raw_started} is not now")
     raw_deadline = env_value(container, constants.ENV_SESSION_DEADLINE)
     if verdict.max_session is not None and started is not None:
-        deadline = _parse_time(raw_deadline)
+        deadline = parse_time(raw_deadline)
         latest = started + verdict.max_session + dt.timedelta(seconds=1)
         if deadline is None:
             problems.append(

@@ -137,8 +137,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="list debug sessions: injected, standby and attached toolsets, and when they expire",
         description="List the debug sessions of a namespace (or all): injected sidecars, "
         "standby pods and attached ephemeral toolset containers, with profile, who granted it, "
-        "age and expiry. EXPIRES is the pod's sidecar-debug.io/overdue-after annotation (the "
-        "policy at admission); with --policy, the earlier of that and the session's start plus "
+        "age and expiry, read from the toolset's environment (the webhook wrote them at "
+        "admission). EXPIRES is the deadline written then (the policy at admission); with "
+        "--policy, the earlier of that and the session's start plus "
         "that policy's maxSessionDuration, as `sidecar-debug controller` computes it.")
     scope = listing.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")

@@ -49,7 +49,7 @@ def pod_labels(pod: dict[str, Any]) -> dict[str, str]:
     return (pod.get("metadata") or {}).get("labels") or {}
 
 
-def _status_container(
+def status_container(
     annotations: Mapping[str, Any], settings: Settings, warnings: list[str]
 ) -> str | None:
     """The sidecar our status annotation names; None without the annotation. Anyone who can
@@ -85,7 +85,7 @@ def _status_container(
 
 def is_injected(pod: dict[str, Any], settings: Settings, warnings: list[str] | None = None) -> bool:
     """True when our status annotation is present and its sidecar is still in the pod."""
-    container = _status_container(
+    container = status_container(
         pod_annotations(pod), settings, [] if warnings is None else warnings
     )
     if container is None:

@@ -45,6 +45,7 @@ from webhook.policy.model import (
     format_duration,
 )
 from webhook.policy.privilege import pod_security_violations
+from webhook.rfc3339 import format_time
 
 log = logging.getLogger(__name__)
 
@@ -672,19 +673,23 @@ class PolicyGate:
     ) -> PolicyResult:
         annotations: dict[str, str] = {}
         all_warnings = list(warnings)
+        started = deadline = None
         # A standby pod runs no toolset: nothing to expire, nothing Pod Security would refuse.
         if profile_name is not None and request.mode != constants.MODE_STANDBY:
+            started = self._now().astimezone(dt.UTC).replace(microsecond=0)
+            max_session = rule.max_session
+            if max_session is not None:
+                deadline = started + max_session
             # The overdue annotation goes on a pod being created; an ephemeral container's
-            # review cannot change the pod's metadata.
-            if rule.max_session is not None and request.ephemeral_container is None:
-                overdue = (self._now() + rule.max_session).astimezone(dt.UTC).replace(microsecond=0)
-                annotations[constants.ANNOTATION_OVERDUE_AFTER] = overdue.strftime(
-                    "%Y-%m-%dT%H:%M:%SZ"
-                )
+            # review cannot change the pod's metadata. It only informs: the session's facts
+            # are in the toolset's env (started, deadline), which no update can change.
+            if max_session is not None and request.ephemeral_container is None:
+                overdue = annotations[constants.ANNOTATION_OVERDUE_AFTER] = format_time(
+                    started + max_session)
                 message = (
                     f"{message.rstrip('.')}. The pod is marked overdue for removal after "
-                    f"{format_duration(rule.max_session)} ({constants.ANNOTATION_OVERDUE_AFTER}="
-                    f"{annotations[constants.ANNOTATION_OVERDUE_AFTER]})."
+                    f"{format_duration(max_session)} ({constants.ANNOTATION_OVERDUE_AFTER}="
+                    f"{overdue})."
                 )
             all_warnings.extend(self._pod_security_warnings(request.namespace, profile_name))
         return PolicyResult(
@@ -696,6 +701,8 @@ class PolicyGate:
             image=image,
             annotations=annotations,
             warnings=tuple(all_warnings),
+            started=started if allowed else None,
+            deadline=deadline if allowed else None,
         )
 
     def _pod_security_warnings(self, namespace: str, profile_name: str) -> list[str]:
