@@ -340,13 +340,34 @@ def _read(pod: Any, exempt: Exemption) -> _Pod:
     view.annotations = view.mapping(metadata.get("annotations"), "metadata.annotations")
     view.spec = spec = view.mapping(root.get("spec"), "spec")
     view.security = view.mapping(spec.get("securityContext"), "spec.securityContext")
+    lists = {kind: view.sequence(spec.get(kind), f"spec.{kind}") for kind in CONTAINER_KINDS}
+    taken: dict[str, int] = {}
     for kind in CONTAINER_KINDS:
-        for index, container in enumerate(view.sequence(spec.get(kind), f"spec.{kind}")):
+        for container in lists[kind]:
+            if isinstance(container, Mapping):
+                name = _name(container.get("name"))
+                taken[name] = taken.get(name, 0) + 1
+    for kind in CONTAINER_KINDS:
+        for index, container in enumerate(lists[kind]):
             path = f"spec.{kind}[{index}]"
             if view.item(container, path) is None:
                 continue
             ref = ContainerRef(kind, _name(container.get("name")), index)
-            if (kind, ref.name) in exempt.containers:
+            if taken[ref.name] > 1:
+                # Names are unique across all of a pod's containers in the API; an exemption
+                # by name must not cover a second container that borrows an exempted name.
+                view.malformed.append(
+                    Violation(
+                        MALFORMED,
+                        "invalid pod",
+                        f"{path}.name",
+                        f"container name {quote(ref.name)} is used by {taken[ref.name]} "
+                        "containers: Kubernetes refuses such a pod",
+                        quote(ref.name),
+                        ref,
+                    )
+                )
+            elif (kind, ref.name) in exempt.containers:
                 continue
             security = view.mapping(container.get("securityContext"), f"{path}.securityContext")
             view.containers.append(_Container(ref, container, security))
