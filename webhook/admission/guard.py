@@ -29,12 +29,14 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from webhook import constants, metrics
 from webhook.admission import review as admission
 from webhook.admission.review import Request, Review
 from webhook.config import Settings
+from webhook.guard.check import GuardResult, evaluate
+from webhook.guard.pss import Level, Violation
 from webhook.inject import shape
 from webhook.inject.attach import env_value
 from webhook.logs import REVIEW_LOGGER, log_fields
@@ -65,6 +67,8 @@ class GuardPolicy(Protocol):
     def check_grant(self, request: PolicyRequest) -> GrantVerdict: ...
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str]: ...
+
+    def allows_image(self, namespace: str, service_account: str, image: str) -> bool: ...
 
 
 @dataclass
@@ -356,4 +360,146 @@ class PodGuard:
         level: str,
         ephemeral: bool,
     ) -> Verdict:
-        raise NotImplementedError  # wired to webhook.guard.check once it lands
+        """The pure core's verdict (webhook.guard.check.evaluate) with grants re-derived for
+        this request. An UPDATE is refused only for what it adds: a violation the pod already
+        had (a toolset granted to someone else, a pod older than the guard) is not the
+        requester's doing, and PodSecurity-wise nothing but images and ephemeral containers can
+        change."""
+        settings = self.settings
+        spec = pod.get("spec") or {}
+        service_account = str(spec.get("serviceAccountName") or spec.get("serviceAccount")
+                              or "default")
+        user = request.get("userInfo") or {}
+        old_names = {c for c in _named((old.get("spec") or {}).get("ephemeralContainers"))}
+        added = {
+            name: container
+            for name, container in _named(spec.get("ephemeralContainers")).items()
+            if name not in old_names
+        }
+        verdicts: dict[str, GrantVerdict] = {}
+
+        def verdict_for(profile_name: str) -> GrantVerdict:
+            """The grant of a profile, for this request: an ephemeral toolset added now needs
+            the requester's own grant (as at the ephemeral gate), an injected one the rule's
+            grantSubject (requester and the pod's service account)."""
+            if profile_name not in verdicts:
+                attaching = [name for name, c in added.items()
+                             if env_value(c, constants.ENV_PROFILE) == profile_name]
+                verdicts[profile_name] = self.policy.check_grant(PolicyRequest(
+                    namespace=namespace, service_account=service_account, user=user,
+                    requested_profile=settings.profiles[profile_name], requested_image=None,
+                    dry_run=bool(request.get("dryRun")),
+                    ephemeral_container=attaching[0] if attaching else None))
+            return verdicts[profile_name]
+
+        def image_allowed(image: str) -> bool:
+            return self.policy.allows_image(namespace, service_account, image)
+
+        chosen = cast(Level, level)
+        result = evaluate(pod, settings, chosen, lambda p: verdict_for(p).granted, image_allowed)
+        violations = result.violations
+        if request.get("operation") == "UPDATE":
+            violations = self._added_violations(old, pod, violations, lambda: evaluate(
+                old, settings, chosen, lambda p: verdict_for(p).granted, image_allowed))
+        problems: list[str] = []
+        reason = "pod-security"
+        if violations:
+            if result.toolset_violations and any(
+                    v in result.toolset_violations for v in violations):
+                reason = "toolset"
+            summary = (result.message() if request.get("operation") == "CREATE" else
+                       f'violates PodSecurity "{level}:latest" with what the update adds: '
+                       + "; ".join(v.message for v in violations))
+            problems.append(summary)
+            for toolset in result.ungranted:
+                if any(v.container == toolset.container for v in violations):
+                    reason = "toolset-not-granted"
+                    problems.append(
+                        f"{toolset.container} is sidecar-debug's toolset of profile "
+                        f"{toolset.profile!r}, which this request does not hold: "
+                        f"{verdict_for(toolset.profile).message}")
+        # A toolset admitted now is held by this request (even one Pod Security would let
+        # through: a 1.20 ephemeral container has no securityContext) and carries the session's
+        # facts the webhook wrote for it.
+        now = self._now()
+        for toolset in result.toolsets:
+            ref = toolset.container
+            fresh = request.get("operation") == "CREATE" or ref.name in added
+            if not fresh or any(v.container == ref for v in violations):
+                continue  # not this request's, or refused above already
+            held = verdict_for(toolset.profile)
+            container = _named(spec.get(ref.kind)).get(ref.name) or {}
+            if not held.granted:
+                reason = "toolset-not-granted"
+                problems.append(f"{ref} is sidecar-debug's toolset of profile "
+                                f"{toolset.profile!r}, which this request does not hold: "
+                                f"{held.message}")
+                continue
+            wrong = fact_problems(container, held, now)
+            if wrong:
+                reason = "session-facts"
+                problems.append(
+                    f"{ref} carries session facts sidecar-debug did not write "
+                    f"({'; '.join(wrong)}): were they written by hand, or did sidecar-debug's "
+                    "mutating webhook not see this request? Create the pod (or attach) again "
+                    "without them")
+        label = labels_text(settings, level)
+        if problems:
+            return _deny(reason, f"sidecar-debug guard refused this: {'; '.join(problems)}. "
+                         f"{label} Fix the fields named, or get the debugging you need through "
+                         "sidecar-debug (a grant for a profile: `sidecar-debug policy explain`).")
+        granted = ",".join(f"{t.container.name}={verdicts[t.profile].grant}"
+                           for t in result.exempted if t.profile in verdicts)
+        return _allow("allowed", f"meets Pod Security {level}" + (
+            f"; toolsets granted: {granted}" if granted else ""), grant=granted)
+
+
+    @staticmethod
+    def _added_violations(
+        old: Mapping[str, Any],
+        new: Mapping[str, Any],
+        violations: list[Violation],
+        before: Callable[[], GuardResult],
+    ) -> list[Violation]:
+        """The violations an UPDATE adds: those of the containers it adds or changes (the image)
+        and of the volumes they mount, and pod-level ones the pod did not have."""
+        changed: set[tuple[str, str]] = set()
+        old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+        for kind in ("initContainers", "containers", "ephemeralContainers"):
+            previous = _named(old_spec.get(kind))
+            for name, container in _named(new_spec.get(kind)).items():
+                if name not in previous or container.get("image") != previous[name].get("image"):
+                    changed.add((kind, name))
+        mounted = {
+            str(mount.get("name"))
+            for kind, name in changed
+            for mount in (_named(new_spec.get(kind))[name].get("volumeMounts") or [])
+            if isinstance(mount, dict)
+        }
+        had: set[tuple[str, str, str]] | None = None
+        added: list[Violation] = []
+        for violation in violations:
+            ref = violation.container
+            if ref is not None:
+                if (ref.kind, ref.name) in changed:
+                    added.append(violation)
+            elif violation.volume is not None:
+                if violation.volume in mounted:
+                    added.append(violation)
+            else:
+                if had is None:
+                    had = {_key(v) for v in before().violations}
+                if _key(violation) not in had:
+                    added.append(violation)
+        return added
+
+
+def _key(violation: Violation) -> tuple[str, str, str]:
+    return (violation.check, violation.field, violation.message)
+
+
+def labels_text(settings: Settings, level: str) -> str:
+    return (
+        f"(This namespace is guarded by sidecar-debug at Pod Security level {level!r}: labelled "
+        f"{settings.label_key}={settings.label_enabled} or {constants.LABEL_GUARD}.)"
+    )

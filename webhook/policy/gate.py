@@ -411,6 +411,19 @@ class PolicyGate:
         text = f"{_GRANT_TEXT[reason]}{grant_suffix(grant)}"
         return GrantVerdict(True, grant, reason, text, rule.max_session)
 
+    def allows_image(self, namespace: str, service_account: str, image: str) -> bool:
+        """Whether the rule for this pod lets its toolset run `image` (its allowedImages; the
+        configured toolset image always). An undecidable rule allows nothing else."""
+        if image == self.settings.toolset_image:
+            return True
+        try:
+            rule, uncertain = self._match(self.store.current(), namespace, service_account, [])
+        except Exception:  # a bug must not widen anything
+            log.exception("image check failed; image refused")
+            return False
+        settings = rule.settings if rule else self.store.current().defaults
+        return not uncertain and settings.allows_image(image)
+
     def _standby(
         self, request: PolicyRequest, rule: RuleSettings, label: str, trace: list[str]
     ) -> PolicyResult:

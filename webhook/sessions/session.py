@@ -10,9 +10,11 @@ container, built from the installed webhook's settings (webhook.sessions.setting
 The toolset container of a pod is, in order: the one named with --container; the injected
 sidecar (named in the sidecar-debug.io/status annotation, else the configured sidecar name);
 the newest running ephemeral container added by `attach` (our name prefix and marker). The
-annotation can be changed by anyone who may patch the pod, so the chosen container must run the
-toolset image (from the settings, or --image) in its spec and its status before anything is run
-in it or copied from it.
+annotation can be changed by anyone who may patch the pod, and the toolset image is public, so
+the chosen container must verify as the guard verifies toolsets (webhook.guard.toolset: rebuilt
+from the installed settings for the profile it claims, and compared) and the node must run the
+toolset image in it, before anything is run in it or copied from it. What comes back is capped
+(--max-output-bytes, --max-copy-bytes).
 """
 
 from __future__ import annotations
@@ -134,25 +136,17 @@ class Session:
     def settings_error(self) -> str:
         return self._settings_error
 
-    def expected_image(self) -> str | None:
-        """The toolset image a container must run to be trusted: --image, else the installed
-        settings' toolsetImage; None when neither is known."""
-        if self.image:
-            return self.image
-        installed = self.settings()
-        return installed.settings.toolset_image if installed else None
-
     def toolset_container(self) -> str:
-        """The pod's toolset container, checked to run the toolset image (see the module doc)."""
+        """The pod's toolset container, verified as the guard verifies it (see the module
+        doc) before anything is run in it."""
         pod = self.read_pod()
         name = find_toolset_container(pod, self.container, self.sidecar_name)
-        expected = self.expected_image()
-        if expected is None:
-            self.err.write(
-                f"note: {self.settings_error or 'no settings'}; checking container {name} "
-                "against the pod's own status annotation only\n"
-            )
-        verify_toolset_container(pod, name, expected)
+        try:
+            settings = attach_settings(self)  # what the toolset is rebuilt from
+        except SessionError as error:
+            raise SessionError(f"cannot verify the pod's toolset container, so nothing was run "
+                               f"in it: {error}", EXIT_NO_TOOLSET) from error
+        verify_toolset_container(pod, name, settings)
         return name
 
     # --- exec ----------------------------------------------------------------------------------
@@ -348,23 +342,19 @@ def same_image(a: str, b: str) -> bool:
     return name_a == name_b
 
 
-def verify_toolset_container(pod: dict[str, Any], name: str, expected: str | None) -> None:
-    """Refuse a container that does not run the toolset: its spec image and the image the
-    kubelet runs must both be `expected` (the installed toolset image). An ephemeral container
-    must also carry attach's marker. Without an expected image (no settings readable) the
-    check falls back to the status annotation's image and the toolset's entrypoint command."""
-    spec = pod.get("spec") or {}
+def verify_toolset_container(pod: dict[str, Any], name: str, settings: Settings) -> None:
+    """Refuse a container that is not our toolset: it must verify exactly as the guard verifies
+    it (webhook.guard.toolset: rebuilt from `settings` for the profile it claims and compared),
+    and the image the kubelet runs in it must be the one in its spec. The status annotation
+    and the container's name prove nothing: anyone who may patch or create the pod writes
+    them, and the toolset image is public."""
+    from webhook.guard.toolset import verify_toolsets
+
     status = pod.get("status") or {}
     pod_name = (pod.get("metadata") or {}).get("name", "")
-    ephemeral = {c["name"]: c for c in _named(spec.get("ephemeralContainers"))}
-    regular = {c["name"]: c for c in _named(spec.get("containers"))
-               + _named(spec.get("initContainers"))}
-    container = ephemeral.get(name) or regular.get(name) or {}
     statuses = {s["name"]: s for key in ("containerStatuses", "initContainerStatuses",
                                          "ephemeralContainerStatuses")
                 for s in _named(status.get(key))}
-    image = str(container.get("image") or "")
-    running = str((statuses.get(name) or {}).get("image") or "")
 
     def refuse(why: str) -> SessionError:
         return SessionError(
@@ -374,26 +364,22 @@ def verify_toolset_container(pod: dict[str, Any], name: str, expected: str | Non
             EXIT_NO_TOOLSET,
         )
 
-    if name in ephemeral and not is_attached(container):
-        raise refuse("it is an ephemeral container that `sidecar-debug attach` did not add")
-    if expected is None:
-        annotation = ((pod.get("metadata") or {}).get("annotations") or {}).get(
-            constants.ANNOTATION_STATUS)
-        try:
-            recorded = json.loads(annotation).get("image") if annotation else None
-        except (ValueError, AttributeError):
-            recorded = None
-        command = container.get("command")
-        entrypoint = command[0] if isinstance(command, list) and command else ""
-        if Path(str(entrypoint)).name != constants.TOOLSET_ENTRYPOINT:
-            raise refuse(f"it does not run {constants.TOOLSET_ENTRYPOINT}")
-        expected = str(recorded) if isinstance(recorded, str) and recorded else image
-    if not same_image(image, expected):
-        raise refuse(f"it runs image {image or '(none)'}, not the toolset image {expected}")
+    report = verify_toolsets(pod, settings, lambda image: image == settings.toolset_image)
+    if not any(t.container.name == name for t in report.toolsets):
+        why = next((v.message for v in report.violations
+                    if v.container is not None and v.container.name == name), None)
+        spec = pod.get("spec") or {}
+        every = {c["name"]: c for key in ("containers", "initContainers", "ephemeralContainers")
+                 for c in _named(spec.get(key))}
+        image = str((every.get(name) or {}).get("image") or "(none)")
+        raise refuse(why or f"it is not what sidecar-debug builds for any profile (it runs "
+                     f"image {image}; the toolset image is {settings.toolset_image})")
+    running = str((statuses.get(name) or {}).get("image") or "")
     if not running:
         raise refuse("it is not running")
-    if not same_image(running, expected):
-        raise refuse(f"the node runs image {running} in it, not the toolset image {expected}")
+    if not same_image(running, settings.toolset_image):
+        raise refuse(f"the node runs image {running} in it, not the toolset image "
+                     f"{settings.toolset_image}")
 
 
 def _api_message(error: Any, what: str) -> str:
@@ -506,9 +492,9 @@ def server_minor_version(api_client: Any) -> int:
 
 
 def attach_settings(session: Session) -> Settings:
-    """The settings `attach` builds from: the installed webhook's; with only --image, the
-    built-in profiles and that image (said on stderr); else a refusal that says how to point
-    at the settings."""
+    """The settings `attach` builds from, and a toolset is verified against: the installed
+    webhook's; with only --image, the built-in profiles and that image (said on stderr); else a
+    refusal that says how to point at the settings."""
     installed = session.settings()
     if installed is not None:
         settings = installed.settings

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.unit.core_helpers import admission_review
+from tests.unit.policy.test_policy import NOW as GATE_NOW
 from tests.unit.policy.test_policy import FakeCluster, make_gate
 from webhook import constants
 from webhook.admission.guard import (
@@ -61,7 +62,17 @@ def gate(settings: Settings, cluster: FakeCluster) -> PolicyGate:
 
 @pytest.fixture
 def guard(settings: Settings, gate: PolicyGate) -> PodGuard:
-    return PodGuard(settings, gate, clock=lambda: NOW)
+    return PodGuard(settings, gate, clock=lambda: GATE_NOW, pods=Pods())
+
+
+class Pods:
+    """The pod store a 1.20 ephemeral-container review needs (the PodReader protocol)."""
+
+    def __init__(self) -> None:
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def read_pod(self, namespace: str, name: str, timeout: float) -> dict[str, Any]:
+        return copy.deepcopy(self.pods[(namespace, name)])
 
 
 def app_pod(name: str = "web", **spec: Any) -> dict[str, Any]:
@@ -246,3 +257,160 @@ def test_exempt_usernames_and_namespaces_pass(settings: Settings, gate: PolicyGa
     response = answer(PodGuard(exempt, gate, clock=lambda: NOW), pod, BOB)
     assert response["allowed"] is True
     assert response["auditAnnotations"][constants.AUDIT_REASON] == "exempt-namespace"
+
+
+# ------------------------------------------------------------------ with the core
+
+
+def reason(response: dict[str, Any]) -> str:
+    return str(response["auditAnnotations"][constants.AUDIT_REASON])
+
+
+def test_what_the_injector_builds_passes_for_who_holds_it(
+        settings: Settings, gate: PolicyGate, guard: PodGuard) -> None:
+    for user, profile in ((BOB, "lttng"), (ALICE, "full")):
+        pod = injected(settings, gate, user)
+        sidecar = pod["spec"]["containers"][0]
+        env = {e["name"]: e["value"] for e in sidecar["env"]}
+        assert env[constants.ENV_PROFILE] == profile
+        response = answer(guard, pod, user)
+        assert response["allowed"] is True, response
+
+
+def test_a_granted_toolset_brought_by_someone_without_the_grant_is_refused(
+        settings: Settings, gate: PolicyGate, guard: PodGuard) -> None:
+    """alice's injected pod, created again by bob (a copy of its manifest): the toolset is
+    ours and verified, but bob holds no grant: Pod Security applies, and the refusal names the
+    rolebinding."""
+    pod = injected(settings, gate, ALICE)
+    response = answer(guard, pod, BOB)
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert 'violates PodSecurity "baseline:latest"' in message and "privileged" in message
+    assert "To grant it: kubectl create rolebinding sidecar-debug-full-" in message
+    assert reason(response) == "toolset-not-granted"
+
+
+def test_privileged_and_host_pods_are_refused(guard: PodGuard) -> None:
+    privileged = app_pod()
+    privileged["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    host = app_pod(hostPID=True, volumes=[{"name": "root", "hostPath": {"path": "/"}}])
+    for pod, word in ((privileged, "privileged"), (host, "host namespaces")):
+        response = answer(guard, pod, BOB)
+        assert response["allowed"] is False and word in response["status"]["message"]
+        assert response["status"]["code"] == 403 and reason(response) == "pod-security"
+
+
+def test_the_toolset_image_is_reserved(settings: Settings, guard: PodGuard) -> None:
+    repository = settings.toolset_image.rsplit(":", 1)[0]
+    for image in (settings.toolset_image, f"{repository}@sha256:{'a' * 64}", f"{repository}:x"):
+        pod = app_pod()
+        pod["spec"]["containers"].append({"name": "tools", "image": image,
+                                          "command": ["sh", "-c", "sleep 1d"]})
+        response = answer(guard, pod, ALICE)
+        assert response["allowed"] is False, image
+        assert reason(response) == "toolset"
+
+
+def test_a_forged_status_and_toolset_are_refused(settings: Settings, gate: PolicyGate,
+                                                 guard: PodGuard) -> None:
+    """Issue 17's second case: a hand-written privileged `debug-toolset` with hostPath / and
+    a status claiming platform-admin's grant."""
+    pod = injected(settings, gate, ALICE)
+    pod["metadata"]["annotations"][constants.ANNOTATION_STATUS] = json.dumps(
+        {"profile": "full", "grant": "user:platform-admin", "container": "debug-toolset"})
+    pod["spec"]["volumes"].append({"name": "root", "hostPath": {"path": "/"}})
+    pod["spec"]["containers"][0]["volumeMounts"].append({"name": "root", "mountPath": "/host"})
+    response = answer(guard, pod, BOB)
+    assert response["allowed"] is False
+    assert "hostPath" in response["status"]["message"]
+
+
+def test_forged_session_facts_are_refused(settings: Settings, gate: PolicyGate,
+                                          guard: PodGuard) -> None:
+    pod = injected(settings, gate, ALICE)
+    for item in pod["spec"]["containers"][0]["env"]:
+        if item["name"] == constants.ENV_GRANT:
+            item["value"] = "user:platform-admin"
+    response = answer(guard, pod, ALICE)
+    assert response["allowed"] is False and reason(response) == "session-facts"
+    assert "user:platform-admin" in response["status"]["message"]
+
+
+def test_a_pod_injected_offline_gets_its_facts_and_passes(
+        settings: Settings, gate: PolicyGate, guard: PodGuard) -> None:
+    """Created already injected (offline inject): the mutating webhook writes the facts for a
+    requester who holds the profile; the guard then admits it. Without the grant: refused."""
+    from webhook.inject.workloads import inject_document
+
+    offline = inject_document(app_pod(), settings)
+    assert constants.ENV_SESSION_STARTED not in json.dumps(offline)
+    assert answer(guard, injected(settings, gate, ALICE, offline), ALICE)["allowed"] is True
+    unfacted = answer(guard, injected(settings, gate, BOB, offline), BOB)
+    assert unfacted["allowed"] is False
+
+
+def test_an_update_is_refused_only_for_what_it_adds(
+        settings: Settings, gate: PolicyGate, guard: PodGuard) -> None:
+    pod = injected(settings, gate, ALICE)
+    new_image = copy.deepcopy(pod)
+    new_image["spec"]["containers"][1]["image"] = "registry.example.com/web:2"
+    assert answer(guard, new_image, BOB, "UPDATE", pod)["allowed"] is True
+    to_toolset = copy.deepcopy(pod)
+    to_toolset["spec"]["containers"][1]["image"] = settings.toolset_image
+    response = answer(guard, to_toolset, BOB, "UPDATE", pod)
+    assert response["allowed"] is False and "with what the update adds" in (
+        response["status"]["message"])
+
+
+def ephemeral_review(pod: dict[str, Any], container: dict[str, Any], user: dict[str, Any],
+                     legacy: bool) -> dict[str, Any]:
+    """A pods/ephemeralcontainers UPDATE as 1.20 (EphemeralContainers) or 1.22+ (Pod) sends it."""
+    old = copy.deepcopy(pod)
+    if legacy:
+        meta = {"name": pod["metadata"]["name"], "namespace": NAMESPACE}
+        old = {"kind": "EphemeralContainers", "apiVersion": "v1", "metadata": meta,
+               "ephemeralContainers": []}
+        new = {**old, "ephemeralContainers": [container]}
+    else:
+        new = copy.deepcopy(pod)
+        new["spec"]["ephemeralContainers"] = [container]
+    review = admission_review(new, NAMESPACE, operation="UPDATE", username=user["username"],
+                              groups=tuple(user["groups"]))
+    review["request"]["oldObject"] = old
+    review["request"]["subResource"] = "ephemeralcontainers"
+    review["request"]["name"] = pod["metadata"]["name"]
+    if legacy:
+        review["request"]["kind"] = {"group": "", "version": "v1", "kind": "EphemeralContainers"}
+    return review
+
+
+@pytest.mark.parametrize("legacy", [True, False], ids=["1.20", "1.22+"])
+def test_ephemeral_containers(settings: Settings, gate: PolicyGate, guard: PodGuard,
+                              legacy: bool) -> None:
+    from webhook.inject.attach import build_attach_container
+
+    pod = injected(settings, gate, ALICE)
+    assert isinstance(guard.pods, Pods)
+    guard.pods.pods[(NAMESPACE, "web")] = pod
+    sysadmin = {"name": "sysadmin", "image": settings.toolset_image, "command": ["sh"]}
+    if not legacy:  # Kubernetes >= 1.23: kubectl debug --profile=sysadmin
+        sysadmin = {"name": "sysadmin", "image": "busybox", "securityContext": {
+            "privileged": True}}
+    refused = guard.review(ephemeral_review(pod, sysadmin, BOB, legacy))["response"]
+    assert refused["allowed"] is False, refused
+    # What `attach` builds, with the facts the ephemeral gate writes: passes for alice.
+    attach = build_attach_container(pod, settings, settings.profiles["full"],
+                                    name="debug-toolset-abc123", target="app",
+                                    with_security_context=not legacy)
+    review = ephemeral_review(pod, attach, ALICE, legacy)
+    mutated = Mutator(settings, gate, pods=guard.pods).review(copy.deepcopy(review))
+    assert mutated["response"]["allowed"], mutated
+    patched = apply_patch(review["request"]["object"], decode_patch(mutated))
+    review["request"]["object"] = patched
+    assert guard.review(review)["response"]["allowed"] is True
+    # bob attaching the same is refused (by the mutating gate, and by the guard).
+    bob = ephemeral_review(pod, attach, BOB, legacy)
+    bob["request"]["object"] = patched
+    response = guard.review(bob)["response"]
+    assert response["allowed"] is False
