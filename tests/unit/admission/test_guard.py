@@ -414,3 +414,15 @@ def test_ephemeral_containers(settings: Settings, gate: PolicyGate, guard: PodGu
     bob["request"]["object"] = patched
     response = guard.review(bob)["response"]
     assert response["allowed"] is False
+
+
+def test_a_recorded_update_from_the_apiserver(guard: PodGuard) -> None:
+    """tests/fixtures/admission/pod-update.json: `kubectl annotate` of the status annotation as
+    Kubernetes 1.20 sends it to a validating webhook (object and oldObject)."""
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "admission" / "pod-update.json"
+    review = json.loads(fixture.read_text())
+    assert review["request"]["oldObject"] is not None
+    response = guard.review(review)["response"]
+    assert response["uid"] == review["request"]["uid"]
+    assert response["allowed"] is False and reason(response) == "owned-annotation"
+    assert "admin may not add, change or remove it" in response["status"]["message"]
