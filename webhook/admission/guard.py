@@ -70,6 +70,8 @@ class GuardPolicy(Protocol):
 
     def allows_image(self, namespace: str, service_account: str, image: str) -> bool: ...
 
+    def guard_level(self, namespace: str, service_account: str) -> str | None: ...
+
 
 @dataclass
 class Verdict:
@@ -306,7 +308,11 @@ class PodGuard:
                 f"sidecar-debug guard cannot read namespace {namespace!r} to choose its Pod "
                 f"Security level ({exc}); nothing was changed, try again",
             )
-        level = stricter(settings.guard_level, labels.get(constants.LABEL_GUARD))
+        spec = pod.get("spec") or {}
+        service_account = str(spec.get("serviceAccountName") or spec.get("serviceAccount")
+                              or "default")
+        level = stricter(settings.guard_level, labels.get(constants.LABEL_GUARD),
+                         self.policy.guard_level(namespace, service_account))
         return self._check(request, pod, old, namespace, level, ephemeral)
 
     def _legacy_pod(

@@ -411,6 +411,14 @@ class PolicyGate:
         text = f"{_GRANT_TEXT[reason]}{grant_suffix(grant)}"
         return GrantVerdict(True, grant, reason, text, rule.max_session)
 
+    def guard_level(self, namespace: str, service_account: str) -> str | None:
+        """The guardLevel of the rule for this pod; "restricted" when the rule cannot be decided
+        (the guard then holds the pod to the strictest level rather than guess)."""
+        rule, uncertain = self._match(self.store.current(), namespace, service_account, [])
+        if uncertain:
+            return "restricted"
+        return (rule.settings if rule else self.store.current().defaults).guard_level
+
     def allows_image(self, namespace: str, service_account: str, image: str) -> bool:
         """Whether the rule for this pod lets its toolset run `image` (its allowedImages; the
         configured toolset image always). An undecidable rule allows nothing else."""

@@ -224,6 +224,7 @@ _SETTINGS_KEYS = (
     "onExpiry",
     "grantSubject",
     "nonGrantingIdentities",
+    "guardLevel",
 )
 
 
@@ -254,6 +255,7 @@ def _overlay(base: RuleSettings, raw: Mapping[str, Any]) -> RuleSettings:
         on_expiry=raw.get("onExpiry", base.on_expiry),
         grant_subject=raw.get("grantSubject", base.grant_subject),
         non_granting=_identities(base.non_granting, raw.get("nonGrantingIdentities")),
+        guard_level=raw.get("guardLevel", base.guard_level),
     )
 
 

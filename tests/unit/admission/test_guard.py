@@ -426,3 +426,27 @@ def test_a_recorded_update_from_the_apiserver(guard: PodGuard) -> None:
     assert response["uid"] == review["request"]["uid"]
     assert response["allowed"] is False and reason(response) == "owned-annotation"
     assert "admin may not add, change or remove it" in response["status"]["message"]
+
+
+def test_a_policy_rule_or_the_namespace_label_makes_the_level_restricted(
+        settings: Settings, cluster: FakeCluster, tmp_path: Path) -> None:
+    """baseline lets a root container run; restricted does not (runAsNonRoot)."""
+    root = app_pod()
+    plain = PodGuard(settings, make_gate(settings, cluster), clock=lambda: GATE_NOW)
+    assert answer(plain, root, BOB)["allowed"] is True
+    policy = ("apiVersion: sidecar-debug.io/v1alpha1\nkind: DebugPolicy\nspec:\n  rules:\n"
+              f"    - name: strict\n      match: {{namespaces: [{NAMESPACE}]}}\n"
+              "      guardLevel: restricted\n")
+    strict = PodGuard(settings, make_gate(settings, cluster, policy, tmp_path),
+                      clock=lambda: GATE_NOW)
+    response = answer(strict, root, BOB)
+    assert response["allowed"] is False
+    assert 'violates PodSecurity "restricted:latest"' in response["status"]["message"]
+    cluster.labels[NAMESPACE][constants.LABEL_GUARD] = "restricted"
+    labelled = PodGuard(settings, make_gate(settings, cluster), clock=lambda: GATE_NOW)
+    assert answer(labelled, root, BOB)["allowed"] is False
+    cluster.labels[NAMESPACE][constants.LABEL_GUARD] = "privileged"  # never looser
+    privileged = app_pod()
+    privileged["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    loose = PodGuard(settings, make_gate(settings, cluster), clock=lambda: GATE_NOW)
+    assert answer(loose, privileged, BOB)["allowed"] is False
