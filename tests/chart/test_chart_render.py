@@ -20,8 +20,8 @@ from tests.chart.helm import (
     Manifest,
     notes,
     render,
-    template_error,
     run_helm,
+    template_error,
 )
 from tests.cluster import webhooks as cluster_webhooks
 from webhook.config import SettingsError, load_settings

@@ -12,7 +12,6 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from tests.unit.controller.fake import NOW, attached_container, injected, pod, running
-from webhook import constants
 from webhook.commands import sessions as sessions_cli
 from webhook.commands.cli import main
 from webhook.kube import client as kube
