@@ -1,7 +1,7 @@
 """Layering: the pure core (injection, the policy model and privilege rule, constants, settings,
 the flame graph renderer) imports neither the Kubernetes client nor the server (nor Flask) nor
-webhook.kube, not even lazily or through another module. Offline `inject` and the unit tests rely on that, and it keeps the core testable
-without a cluster."""
+webhook.kube, not even lazily or through another module. Offline `inject`, `render` and the unit
+tests rely on that, and it keeps the core testable without a cluster."""
 
 from __future__ import annotations
 

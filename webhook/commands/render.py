@@ -35,16 +35,16 @@ def _read(name: str) -> bytes:
     try:
         return sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
     except OSError as error:
-        raise inputs.InputError(f"cannot read {name}: {error.strerror or error}") from None
+        where = "stdin" if name == "-" else name
+        raise inputs.InputError(f"cannot read {where}: {error.strerror or error}") from None
 
 
 def _load(name: str) -> inputs.Loaded:
+    data = _read(name)
     try:
-        return inputs.load(_read(name))
+        return inputs.load(data)
     except inputs.InputError as error:
-        if str(error).startswith("cannot read "):
-            raise
-        raise inputs.InputError(f"{name}: {error}") from None
+        raise inputs.InputError(f"{'stdin' if name == '-' else name}: {error}") from None
 
 
 def _render(args: argparse.Namespace) -> int:

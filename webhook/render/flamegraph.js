@@ -35,15 +35,51 @@
   var frameOf = new WeakMap(); // drawn rect -> tree node
 
   // --- the call tree --------------------------------------------------------------------------
+  // A profile of 50k stacks has a million nodes: plain fields, children in an array (most
+  // frames call a few functions) that becomes a Map when it grows.
+  var FEW = 12;
   function Node(name, parent) {
     this.n = name; // index into names; -1 for the root
     this.v = 0; // samples in this frame and above (B's in a differential graph)
     this.b = 0; // the same in A (differential)
     this.p = parent;
     this.d = parent ? parent.d + 1 : 0;
-    this.kids = null; // Map name index -> Node
-    this.sorted = {}; // order -> children, sorted once
+    this.kids = null; // [Node] (few) or Map name index -> Node
+    this.byName = null; // children sorted, made when first drawn
+    this.byWeight = null;
   }
+  function child(node, name) {
+    var kids = node.kids, found;
+    if (kids === null) {
+      found = new Node(name, node);
+      node.kids = [found];
+      return found;
+    }
+    if (Array.isArray(kids)) {
+      for (var i = 0; i < kids.length; i++) {
+        if (kids[i].n === name) {
+          return kids[i];
+        }
+      }
+      found = new Node(name, node);
+      kids.push(found);
+      if (kids.length > FEW) {
+        node.kids = new Map(kids.map(function (kid) { return [kid.n, kid]; }));
+      }
+      return found;
+    }
+    found = kids.get(name);
+    if (!found) {
+      found = new Node(name, node);
+      kids.set(name, found);
+    }
+    return found;
+  }
+  function kidsOf(node) {
+    return node.kids === null ? NONE : Array.isArray(node.kids) ? node.kids :
+      Array.from(node.kids.values());
+  }
+  var NONE = [];
   var root = new Node(-1, null);
   (function build() {
     var stacks = data.stacks, counts = data.counts, before = data.before || [];
@@ -52,17 +88,9 @@
       node.v += v;
       node.b += b;
       for (var j = 0; j < stack.length; j++) {
-        if (!node.kids) {
-          node.kids = new Map();
-        }
-        var child = node.kids.get(stack[j]);
-        if (!child) {
-          child = new Node(stack[j], node);
-          node.kids.set(stack[j], child);
-        }
-        child.v += v;
-        child.b += b;
-        node = child;
+        node = child(node, stack[j]);
+        node.v += v;
+        node.b += b;
       }
     }
   })();
@@ -95,17 +123,14 @@
   function byWeight(a, b) {
     return b.v - a.v || byName(a, b);
   }
-  var NONE = [];
   function children(node) {
-    if (!node.kids) {
+    if (node.kids === null) {
       return NONE;
     }
-    var list = node.sorted[order];
-    if (!list) {
-      list = Array.from(node.kids.values()).sort(order === "weight" ? byWeight : byName);
-      node.sorted[order] = list;
+    if (order === "weight") {
+      return node.byWeight || (node.byWeight = kidsOf(node).slice().sort(byWeight));
     }
-    return list;
+    return node.byName || (node.byName = kidsOf(node).slice().sort(byName));
   }
 
   // --- colours --------------------------------------------------------------------------------
@@ -164,15 +189,14 @@
 
   // --- search ---------------------------------------------------------------------------------
   var pattern = null;
-  var matchCache = new Map();
+  var matchCache = [];
   function matches(node) {
     if (pattern === null || node.n < 0) {
       return false;
     }
-    var hit = matchCache.get(node.n);
+    var hit = matchCache[node.n];
     if (hit === undefined) {
-      hit = pattern.test(names[node.n]);
-      matchCache.set(node.n, hit);
+      hit = matchCache[node.n] = pattern.test(names[node.n]);
     }
     return hit;
   }
@@ -182,8 +206,11 @@
       var node = todo.pop();
       if (matches(node)) {
         sum += node.v; // not its callees again
-      } else if (node.kids) {
-        node.kids.forEach(function (child) { todo.push(child); });
+      } else if (node.kids !== null) {
+        var kids = kidsOf(node);
+        for (var i = 0; i < kids.length; i++) {
+          todo.push(kids[i]);
+        }
       }
     }
     return sum;
@@ -191,7 +218,7 @@
   function search() {
     var text = searchBox.value.trim();
     pattern = null;
-    matchCache = new Map();
+    matchCache = [];
     if (text) {
       try {
         pattern = new RegExp(text, "i");
@@ -299,7 +326,8 @@
     fact("samples", "A " + root.b + ", B " + root.v + " " + unit, "samples");
     $("legend").hidden = false;
   } else {
-    fact(unit === "samples" ? "samples" : "total", amount(root.v), "samples");
+    fact(unit === "samples" ? "samples" : "total", unit === "samples" ? String(root.v) :
+      amount(root.v), "samples");
   }
   if (data.named) {
     fact("named frames", (100 * data.named.share).toFixed(1) + " %" + (data.named.source ===

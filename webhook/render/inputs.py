@@ -40,9 +40,13 @@ def load(data: bytes) -> Loaded:
     data = _gunzip(data) if data[:2] == b"\x1f\x8b" else data
     if len(data) > MAX_INPUT:
         raise InputError(f"larger than {MAX_INPUT >> 20} MiB")
-    head = data.lstrip()[:1]
-    if head in (b"{", b"["):
-        return _speedscope(data)
+    if data.lstrip()[:1] in (b"{", b"["):  # JSON, or folded frames like [unknown], {closure}
+        try:
+            document = json.loads(data)
+        except (ValueError, RecursionError):
+            pass
+        else:
+            return _speedscope(document)
     pprof_error = None
     if data[:1] in (b"\x0a", b"\x12"):  # profile.proto's first fields: sample_type, sample
         try:
@@ -88,11 +92,7 @@ _UNITS = {"none": (1, "samples"), "nanoseconds": (1, "ns"), "microseconds": (1, 
           "milliseconds": (1000, MICRO), "seconds": (1_000_000, MICRO), "bytes": (1, "bytes")}
 
 
-def _speedscope(data: bytes) -> Loaded:
-    try:
-        document = json.loads(data)
-    except (ValueError, RecursionError) as error:
-        raise InputError(f"not JSON: {str(error)[:200]}") from None
+def _speedscope(document: Any) -> Loaded:
     if not isinstance(document, dict) or not isinstance(document.get("profiles"), list):
         raise InputError("JSON, but not a speedscope file (no 'profiles' list)")
     shared = document.get("shared")

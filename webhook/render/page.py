@@ -21,7 +21,7 @@ from importlib import resources
 from typing import Any
 
 from webhook import jsonio
-from webhook.render.model import Profile, is_named
+from webhook.render.model import Profile, frame_table, is_named
 from webhook.results import folded
 
 _HOME = re.compile(r"^(?:\.\./)*$|^\./$|^/$")
@@ -55,22 +55,18 @@ def script_json(data: Any) -> str:
 
 def page_data(profile: Profile) -> dict[str, Any]:
     """What flamegraph.js reads: frame names once, stacks as lists of their indices."""
-    index: dict[str, int] = {}
-    stacks: list[list[int]] = []
-    counts: list[int] = []
     before: list[int] = []
     if profile.base is not None:
-        for stack, (a, b) in folded.diff(profile.base, profile.stacks).items():
-            stacks.append([index.setdefault(frame, len(index)) for frame in stack])
-            before.append(a)
-            counts.append(b)
+        pairs = folded.diff(profile.base, profile.stacks)
+        names, stacks = frame_table(pairs)
+        before = [a for a, _ in pairs.values()]
+        counts = [b for _, b in pairs.values()]
+        named = profile.named()
     else:
-        for stack, count in profile.stacks.items():
-            if count > 0:
-                stacks.append([index.setdefault(frame, len(index)) for frame in stack])
-                counts.append(count)
-    names = list(index)
-    named = profile.named()
+        kept = {stack: count for stack, count in profile.stacks.items() if count > 0}
+        names, stacks = frame_table(kept)
+        counts = list(kept.values())
+        named = profile.named((names, stacks), counts)
     return {
         "title": profile.title or "flame graph",
         "name": profile.name,
@@ -81,7 +77,7 @@ def page_data(profile: Profile) -> dict[str, Any]:
         "warnings": profile.notes("warnings"),
         "named": {"share": named.share, "source": named.source} if named else None,
         "names": names,
-        "unnamed": [i for i, name in enumerate(names) if not is_named(name)],
+        "unnamed": [number for number, name in enumerate(names) if not is_named(name)],
         "stacks": stacks,
         "counts": counts,
         **({"before": before} if profile.differential else {}),

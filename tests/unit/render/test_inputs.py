@@ -33,9 +33,14 @@ def test_every_format_reads_back_to_the_stacks(encode: object) -> None:
     assert loaded.stacks == STACKS and loaded.unit == "samples"
 
 
-def test_a_folded_file_that_starts_like_protobuf_is_still_folded() -> None:
-    loaded = inputs.load(b"\n" + FOLDED.encode())
-    assert loaded.format == "folded" and loaded.stacks == STACKS
+@pytest.mark.parametrize("text", [
+    pytest.param("\n" + FOLDED, id="blank-line-like-protobuf"),
+    pytest.param("[unknown];main;fib 3\n", id="bracket-like-json"),
+    pytest.param("{closure};main 3\n", id="brace-like-json"),
+])
+def test_folded_files_that_start_like_another_format_are_still_folded(text: str) -> None:
+    loaded = inputs.load(text.encode())
+    assert loaded.format == "folded" and loaded.stacks == folded.parse(text)
 
 
 def test_speedscope_evented_threads_and_units() -> None:
@@ -96,7 +101,8 @@ BAD = [
     (b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xff\xff", "gzip data is corrupt"),
     (gzip.compress(FOLDED.encode())[:-12], "gzip data is truncated"),
     (b'{"a": 1}', "not a speedscope file"),
-    (b"[" * 100_000, "not JSON"),
+    (b"[" * 100_000, "line 1: expected 'frame;frame;... COUNT'"),
+    (b'[1, 2]', "JSON, but not a speedscope file"),
     (b'{"profiles": [], "shared": {"frames": []}}', "no profiles"),
     (b'{"profiles": [{"type": "sampled", "samples": [[5]], "weights": [1]}], '
      b'"shared": {"frames": [{"name": "a"}]}}', "sample 0 is not a list of frame indices"),
