@@ -90,6 +90,12 @@ ENV_ATTACHED: Final = "SIDECAR_DEBUG_ATTACHED"
 ENV_ATTACHED_VALUE: Final = "true"
 # Written by the webhook's ephemeral-container gate: who granted the profile (e.g. user:alice).
 ENV_GRANT: Final = "SIDECAR_DEBUG_GRANT"
+# The session's facts, written by the webhook into the toolset container's env (immutable once
+# the pod or ephemeral container exists, unlike annotations anyone with `patch pods` can change):
+# when the session started and when it must end (RFC 3339 UTC; no deadline = unset). The
+# controller and the toolset itself read them from there, never from annotations.
+ENV_SESSION_STARTED: Final = "SIDECAR_DEBUG_SESSION_STARTED"
+ENV_SESSION_DEADLINE: Final = "SIDECAR_DEBUG_SESSION_DEADLINE"
 # Name prefix of containers added by `attach` (then 6 hex digits).
 ATTACHED_CONTAINER_PREFIX: Final = f"{DEFAULT_SIDECAR_NAME}-"
 
