@@ -1,8 +1,8 @@
 """Layering: the pure core (injection, the guard, the policy model and privilege rule, profiles,
-constants, settings) imports neither the Kubernetes client nor the server nor webhook.kube nor
-the AdmissionReview wire layer (webhook.admission), not even lazily or through another module.
-Offline `inject` and `guard check` and the unit tests rely on that, and it keeps the core
-testable without a cluster."""
+constants, settings, the flame graph renderer) imports neither the Kubernetes client nor the
+server (nor Flask) nor webhook.kube nor the AdmissionReview wire layer (webhook.admission), not
+even lazily or through another module. Offline `inject`, `guard check`, `render` and the unit
+tests rely on that, and it keeps the core testable without a cluster."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# Every module of webhook/inject and webhook/guard (a new one is covered without editing this
-# list), plus these.
+# Every module of webhook/inject, webhook/guard and webhook/render (a new one is covered without
+# editing this list), plus these.
 PURE_CORE = (
     *sorted(f"webhook.inject.{p.stem}" for p in (ROOT / "webhook" / "inject").glob("*.py")),
     *sorted(f"webhook.guard.{p.stem}" for p in (ROOT / "webhook" / "guard").glob("*.py")),
+    *sorted(f"webhook.render.{p.stem}" for p in (ROOT / "webhook" / "render").glob("*.py")),
     "webhook.policy.api",
     "webhook.policy.model",
     "webhook.policy.privilege",
@@ -26,7 +27,7 @@ PURE_CORE = (
     "webhook.errors",
     "webhook.identity",
 )
-FORBIDDEN = ("kubernetes", "webhook.server", "webhook.kube", "webhook.admission")
+FORBIDDEN = ("kubernetes", "webhook.server", "webhook.kube", "webhook.admission", "flask")
 
 
 def module_file(module: str, root: Path = ROOT) -> Path | None:
