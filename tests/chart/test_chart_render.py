@@ -24,7 +24,8 @@ from tests.chart.helm import (
     template_error,
 )
 from tests.cluster import webhooks as cluster_webhooks
-from webhook.config import SettingsError, load_settings
+from webhook.config import load_settings
+from webhook.errors import SettingsError
 
 pytestmark = pytest.mark.chart
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
 
 from webhook import jsonio
+from webhook.identity import UserInfo
 from webhook.inject import shape
 
 API_VERSION = "admission.k8s.io/v1"
@@ -19,13 +20,6 @@ KIND = "AdmissionReview"
 HANDLED_API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
-
-
-class UserInfo(TypedDict, total=False):
-    username: str
-    uid: str
-    groups: list[str]
-    extra: dict[str, list[str]]
 
 
 class GroupVersionKind(TypedDict, total=False):

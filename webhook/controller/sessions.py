@@ -23,7 +23,6 @@ Used by `sidecar-debug controller` and by `sidecar-debug sessions`.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import Any
 
 from webhook import constants
 from webhook.inject.attach import env_value, is_attached
+from webhook.inject.status import read_status
 from webhook.rfc3339 import format_time, parse_time
 
 __all__ = ["format_time", "parse_time"]  # re-exported: expiry and `sessions` import them here
@@ -80,17 +80,6 @@ def field_dict(parent: Mapping[str, Any], key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _status_annotation(annotations: Mapping[str, Any]) -> dict[str, Any] | None:
-    raw = annotations.get(constants.ANNOTATION_STATUS)
-    if not isinstance(raw, str):
-        return None
-    try:
-        status = json.loads(raw)
-    except (ValueError, RecursionError):
-        return {}  # present but not ours: the pod still counts as injected if it has the sidecar
-    return status if isinstance(status, dict) else {}
-
-
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
@@ -105,7 +94,6 @@ def sessions_of(pod: Mapping[str, Any]) -> list[Session]:
     """The debug sessions of one pod (empty for a pod we never touched)."""
     metadata, spec = field_dict(pod, "metadata"), field_dict(pod, "spec")
     status = field_dict(pod, "status")
-    annotations = field_dict(metadata, "annotations")
     namespace, name = _text(metadata.get("namespace")), _text(metadata.get("name"))
     uid = _text(metadata.get("uid"))
     account = _text(spec.get("serviceAccountName")) or "default"
@@ -117,10 +105,10 @@ def sessions_of(pod: Mapping[str, Any]) -> list[Session]:
     for container in toolsets:
         found.append(_from_env(INJECTED, container, namespace, name, uid, account, created,
                                created))
-    recorded = _status_annotation(annotations)
-    if not toolsets and recorded is not None and recorded.get("mode") == STANDBY:
-        found.append(Session(namespace, name, uid, STANDBY, "", _text(recorded.get("profile")),
-                             _text(recorded.get("grant")), account, created, created, None))
+    recorded = read_status(pod).status
+    if not toolsets and recorded is not None and recorded.standby:
+        found.append(Session(namespace, name, uid, STANDBY, "", recorded.profile, recorded.grant,
+                             account, created, created, None))
 
     states = {s["name"]: s.get("state") for s in _named(status.get("ephemeralContainerStatuses"))}
     for container in _named(spec.get("ephemeralContainers")):

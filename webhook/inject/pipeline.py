@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webhook import constants
-from webhook.admission.review import UserInfo
 from webhook.config import Settings
+from webhook.identity import UserInfo
 from webhook.inject import shape
 from webhook.inject.attach import env_value
-from webhook.inject.decision import decide, pod_annotations, status_container
+from webhook.inject.decision import decide, status_container
 from webhook.inject.patch import create_patch
 from webhook.inject.sidecar import InjectionPlan, inject_pod, session_env, with_session_env
 from webhook.policy.api import PolicyEngine, PolicyRequest, PolicyResult
@@ -83,7 +83,7 @@ def _session_facts(
     claims to this request now. None when there is nothing to write (no toolset carrying a
     profile, facts already there, no grant: the guard then refuses the pod and says why)."""
     spec = pod["spec"]
-    name = status_container(pod_annotations(pod), settings, []) or settings.sidecar_name
+    name = status_container(pod, settings, []) or settings.sidecar_name
     for key in ("initContainers", "containers"):
         containers = spec.get(key) or []
         for index, container in enumerate(containers):
