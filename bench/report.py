@@ -19,6 +19,7 @@ MAX_GROWTH_KIB = 1024  # per worker, after warm-up, over the whole run
 MAX_CREATE_RATIO = 1.15
 MIN_R2 = 0.95
 MAX_MS_AT_50 = 10.0
+MAX_RENDER_MS = 1000.0  # issue 18: a 50k-stack profile to its HTML page, well under a second
 
 
 def metadata() -> dict[str, Any]:
@@ -74,6 +75,15 @@ def targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
                                 2000 / cpu >= MIN_RPS,
                                 f"{2000 / cpu:.0f} reviews/s ({cpu:.2f} ms CPU per review)",
                                 f">= {MIN_RPS:.0f}/s"))
+    guard = results.get("guard")
+    typical_guard = next((c for c in (guard or {}).get("comparisons", [])
+                          if c["shape"] == "typical" and c["concurrency"] == 8), None)
+    if typical_guard:
+        rows.append(_target(
+            "guard p99 vs null handler, typical injected pod, concurrency 8",
+            typical_guard["p99_delta_ms"] <= P99_BUDGET_MS,
+            f"{typical_guard['p99_delta_ms']:+.2f} ms ({typical_guard['webhook_p99_ms']:.2f} vs "
+            f"{typical_guard['null_p99_ms']:.2f} ms)", f"<= +{P99_BUDGET_MS} ms"))
     scaling = results.get("scaling")
     if scaling:
         fit = scaling["fit"]
@@ -101,6 +111,13 @@ def targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
                 f"{data['p50_ratio']}x p50 ({data['with_webhook']['p50_ms']:.2f} vs "
                 f"{data['without_webhook']['p50_ms']:.2f} ms), {data['p99_ratio']}x p99",
                 f"<= {MAX_CREATE_RATIO}x" if mode == "webhook" else "(reported)"))
+    speed = results.get("render")
+    if speed:
+        rows.append(_target(
+            f"flame graph page of {speed['stacks']} stacks (folded text -> HTML, CPU)",
+            speed["render_cpu_ms"] < MAX_RENDER_MS,
+            f"{speed['render_cpu_ms']:.0f} ms render + {speed['parse_cpu_ms']:.0f} ms parse",
+            f"render < {MAX_RENDER_MS:.0f} ms"))
     return rows
 
 
@@ -158,6 +175,18 @@ def render(results: Mapping[str, Any]) -> str:
               f"{c.get('null_flask_rps') or 0:.0f}", c.get("null_flask_cpu_ms"),
               flask_cost_ms(c)]
              for c in handler["comparisons"]]))
+    guard = results.get("guard")
+    if guard:
+        out.append(f"\n1b. The guard (/validate-pods) on the injected pod, over TLS on loopback "
+                   f"({guard['server']}, wrk, {guard['seconds_per_point']} s per point)")
+        out.append(_table(
+            ["pod", "conc", "guard/s", "null/s", "ratio", "p50 ms", "null p50", "p99 ms",
+             "null p99", "p99 +ms", "cpu ms", "null cpu"],
+            [[c["shape"], c["concurrency"], f"{c['webhook_rps']:.0f}", f"{c['null_rps']:.0f}",
+              c["rps_ratio"], f"{c['webhook_p50_ms']:.2f}", f"{c['null_p50_ms']:.2f}",
+              f"{c['webhook_p99_ms']:.2f}", f"{c['null_p99_ms']:.2f}",
+              f"{c['p99_delta_ms']:+.2f}", c.get("webhook_cpu_ms"), c.get("null_cpu_ms")]
+             for c in guard["comparisons"]]))
     workers = results.get("workers")
     if workers:
         out.append("\nWorker class and count (webhook, typical pod; median of the rounds)")
@@ -215,6 +244,15 @@ def render(results: Mapping[str, Any]) -> str:
               f"{d['without_webhook']['p50_ms']:.2f}", f"{d['without_webhook']['p99_ms']:.2f}",
               d["p50_ratio"], d["p99_ratio"], d["injected"]]
              for mode, d in e2e["modes"].items()]))
+    speed = results.get("render")
+    if speed:
+        out.append(f"\n6. Flame graph renderer: {speed['stacks']} stacks, {speed['frames']} "
+                   f"frames, {speed['folded_mb']} MB folded -> {speed['page_mb']} MB page")
+        out.append(_table(
+            ["parse ms", "render ms", "wall: parse+render ms", "browser: to drawn ms",
+             "frames drawn"],
+            [[speed["parse_cpu_ms"], speed["render_cpu_ms"], speed["total_ms"],
+              speed.get("browser_draw_ms", "-"), speed.get("frames_drawn", "-")]]))
     flame = results.get("flamegraph")
     if flame:
         from bench import flamegraph

@@ -40,6 +40,13 @@ ANNOTATION_OVERDUE_AFTER: Final = (
     f"{DOMAIN}/overdue-after"  # RFC 3339 time set by a policy's maxSessionDuration
 )
 
+# Annotations only the webhook and the controller may change (webhook.admission.guard checks every
+# UPDATE of a pod in a guarded namespace; settings.annotationOwners names who they are).
+OWNED_ANNOTATIONS: Final = (ANNOTATION_STATUS, ANNOTATION_OVERDUE_AFTER)
+# Namespace label that puts a namespace under the guard besides the opt-in label (the chart's
+# guard entries select it), and names its Pod Security level: baseline | restricted.
+LABEL_GUARD: Final = f"{DOMAIN}/guard"
+
 # Node labels and pod fields that say which OS a pod runs on (the toolset is a Linux image).
 LABEL_OS: Final = "kubernetes.io/os"
 LABEL_OS_BETA: Final = "beta.kubernetes.io/os"
@@ -90,6 +97,12 @@ ENV_ATTACHED: Final = "SIDECAR_DEBUG_ATTACHED"
 ENV_ATTACHED_VALUE: Final = "true"
 # Written by the webhook's ephemeral-container gate: who granted the profile (e.g. user:alice).
 ENV_GRANT: Final = "SIDECAR_DEBUG_GRANT"
+# The session's facts, written by the webhook into the toolset container's env (immutable once
+# the pod or ephemeral container exists, unlike annotations anyone with `patch pods` can change):
+# when the session started and when it must end (RFC 3339 UTC; no deadline = unset). The
+# controller and the toolset itself read them from there, never from annotations.
+ENV_SESSION_STARTED: Final = "SIDECAR_DEBUG_SESSION_STARTED"
+ENV_SESSION_DEADLINE: Final = "SIDECAR_DEBUG_SESSION_DEADLINE"
 # Name prefix of containers added by `attach` (then 6 hex digits).
 ATTACHED_CONTAINER_PREFIX: Final = f"{DEFAULT_SIDECAR_NAME}-"
 

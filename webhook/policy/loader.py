@@ -19,7 +19,7 @@ from typing import Any, cast
 import jsonschema
 import yaml
 
-from webhook.config import Profile, SettingsError
+from webhook.errors import SettingsError
 from webhook.policy.model import (
     Identities,
     LabelSelector,
@@ -28,6 +28,7 @@ from webhook.policy.model import (
     RuleSettings,
     parse_duration,
 )
+from webhook.profiles import Profile
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +225,7 @@ _SETTINGS_KEYS = (
     "onExpiry",
     "grantSubject",
     "nonGrantingIdentities",
+    "guardLevel",
 )
 
 
@@ -254,6 +256,7 @@ def _overlay(base: RuleSettings, raw: Mapping[str, Any]) -> RuleSettings:
         on_expiry=raw.get("onExpiry", base.on_expiry),
         grant_subject=raw.get("grantSubject", base.grant_subject),
         non_granting=_identities(base.non_granting, raw.get("nonGrantingIdentities")),
+        guard_level=raw.get("guardLevel", base.guard_level),
     )
 
 

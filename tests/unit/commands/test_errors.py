@@ -34,7 +34,7 @@ def test_unreadable_input_names_the_file(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_the_table_matches_along_the_class_hierarchy(capsys: pytest.CaptureFixture[str]) -> None:
-    from webhook.config import SettingsError
+    from webhook.errors import SettingsError
     from webhook.policy.loader import PolicyError, Problem
 
     assert errors.handle(SettingsError("port: not a number")) == 2
@@ -104,6 +104,10 @@ BAD_INPUT: list[Any] = [
     ("results serve", ["--dir", MISSING], 2, f"{MISSING} is not a directory"),
     ("results list", ["--dir", MISSING], 2, f"{MISSING} is not a directory"),
     ("results prune", ["--dir", MISSING, "--keep", "1"], 2, f"{MISSING} is not a directory"),
+    ("render", [MISSING], 2, f"cannot read {MISSING}: No such file or directory"),
+    ("render", ["{tmp}"], 2, "cannot read {tmp}: Is a directory"),
+    ("render", ["{tmp}/garbage", "-o", "{tmp}/page.html"], 2,
+     "{tmp}/garbage: not folded stacks, speedscope JSON or pprof: line 1: expected"),
 ]
 
 
