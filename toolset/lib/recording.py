@@ -329,7 +329,7 @@ def choose_technique(options: Options, runtime: str) -> str:
 
 def perf_command(perf: str, options: Options, access: Access, data: str,
                  frame_pointers: bool) -> list[str]:
-    modifier = ":u" if access.user_only else ""
+    modifier = "u" if access.user_only else ""  # event-term syntax: cpu-clock/freq=99/u
     stack = OFFCPU_STACK if options.type == "offcpu" else DWARF_STACK
     callgraph = ["-g"] if frame_pointers else ["--call-graph", f"dwarf,{stack}"]
     events: list[str] = []
@@ -532,12 +532,13 @@ def run_pyspy(options: Options, work: str) -> Run:
                                             f"({common.printable(last[0])}): " + attached_hint())
         raise RecordingFailed("tool-failed", f"py-spy failed: {common.printable(last[0])}")
     folded = stacks_unwind.Folded()
+    namer = PyspyNamer(target.pid)
     with open(out, encoding="utf-8", errors="replace") as handle:
         for line in handle:
             stack, _, count = line.rstrip("\n").rpartition(" ")
             if not stack or not count.isdigit():
                 continue
-            frames = [pyspy_frame(name) for name in stack.split(";")]
+            frames = [namer(name) for name in stack.split(";")]
             frames.reverse()  # leaf first, as the unwinder's
             folded.add(frames, int(count))
     meta: dict[str, Any] = {
@@ -548,6 +549,36 @@ def run_pyspy(options: Options, work: str) -> Run:
         "tools": {"py-spy": tool_version([pyspy, "--version"])},
     }
     return Run(folded, meta, [])
+
+
+PYSPY_ADDRESS = re.compile(r"^0x([0-9a-f]{1,16}) \(([^()]*)\)$")
+
+
+class PyspyNamer:
+    """py-spy's frames; the native ones it could not name (`0x7f... (libc.so.6)`: a static
+    function, no .dynsym entry) named by this toolset's symbolizer, which also reads the
+    image's debug symbols by build-id (libc6-dbg)."""
+
+    def __init__(self, pid: int) -> None:
+        self.opener = BinaryOpener(pid)
+        maps = []
+        for line in (common.read_text(f"/proc/{pid}/maps") or "").splitlines():
+            parts = line.split(None, 5)
+            if len(parts) == 6 and "x" in parts[1] and parts[5].startswith("/"):
+                start, end = (int(part, 16) for part in parts[0].split("-"))
+                maps.append(perf_data.Mapping(pid, start, end, int(parts[2], 16), parts[5],
+                                              int(parts[4]), prot=5))
+        self.unwinder = stacks_unwind.Unwinder(maps, self.opener, None, None)
+
+    def __call__(self, text: str) -> stacks_unwind.Frame:
+        match = PYSPY_ADDRESS.match(text)
+        if match:
+            address = int(match.group(1), 16)
+            # A return address points after its call (as in the unwinder).
+            frame = self.unwinder.name_at(address - 1, self.unwinder.mapping(address - 1))
+            if frame.named:
+                return frame
+        return pyspy_frame(text)
 
 
 def pyspy_frame(text: str) -> stacks_unwind.Frame:

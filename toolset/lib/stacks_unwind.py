@@ -36,6 +36,14 @@ MAX_NAME = 2048  # longer names (a hostile map line) are cut: a frame is not a d
 KERNEL_SUFFIX = "_[k]"  # flamegraph.pl's mark for kernel frames
 CALLEE_SAVED = {3, RBP, 12, 13, 14, 15}
 
+# Python >= 3.12's perf trampolines (`py::NAME:FILE` in the perf map) keep no frame pointer and
+# have no CFI, but all have one shape (CPython's Python/asm_trampoline.S, x86_64: `sub $8,%rsp;
+# call *%rcx; add $8,%rsp; ret`): at the return address of their call, the caller's return
+# address is 16 bytes above the stack pointer, rbp untouched.
+PYTHON_TRAMPOLINE = "py::"
+TRAMPOLINE_ROW = elf_frames.Row(cfa_reg=RSP, cfa_offset=16, cfa_expr=None,
+                                rules={RA: Rule("offset", -8)})
+
 # How a binary's frames were unwound (meta.json `unwinding`).
 CFI = "dwarf-cfi"
 FRAME_POINTER = "frame-pointer"
@@ -319,8 +327,10 @@ class Unwinder:
             if dso.elf is not None and dso.elf.has_cfi:
                 vaddr = dso.elf.vaddr_of_offset(lookup - mapping.start + mapping.pgoff)
                 row = dso.elf.row(vaddr) if vaddr is not None else None
+            elif depth and dso.jit and frames[-1].name.startswith(PYTHON_TRAMPOLINE):
+                row = TRAMPOLINE_ROW
             if row is not None:
-                dso.methods.add(CFI)
+                dso.methods.add("python-trampoline" if row is TRAMPOLINE_ROW else CFI)
                 outcome = self._cfi_step(row, regs, stack)
             else:
                 dso.methods.add(FRAME_POINTER)
