@@ -339,8 +339,11 @@ def perf_command(perf: str, options: Options, access: Access, data: str,
         # Every switch-out of the app's threads, with its stack; --switch-events adds the
         # switch-in times (how long each wait lasted). Software events: no tracefs needed.
         events += ["-e", "context-switches/period=1/", "--switch-events"]
-    return [perf, "record", "-q", *events, *callgraph, "--no-buildid", "--no-buildid-cache",
-            "-m", "8M", "-p", str(options.target.pid), "-o", data, "--",
+    # A bigger ring buffer than the default 512 KiB keeps dwarf samples from being lost, but
+    # exceeds perf_event_mlock_kb without CAP_PERFMON/CAP_IPC_LOCK (the mmap is refused).
+    buffer = [] if access.user_only else ["-m", "8M"]
+    return [perf, "record", *events, *callgraph, "--no-buildid", "--no-buildid-cache",
+            *buffer, "-p", str(options.target.pid), "-o", data, "--",
             "sleep", f"{options.seconds:g}"]
 
 
