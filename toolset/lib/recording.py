@@ -176,7 +176,8 @@ class BinaryOpener:
             self.cache[key] = self._open(mapping)
         return self.cache[key]
 
-    def _open(self, mapping: perf_data.Mapping) -> elf_frames.ElfFile | None:
+    def _open(self, mapping: perf_data.Mapping,
+              wanted: tuple[str, ...] = elf_frames.WANTED) -> elf_frames.ElfFile | None:
         fd = -1
         try:
             fd = os.open(f"/proc/{self.pid}/map_files/{mapping.start:x}-{mapping.end:x}",
@@ -194,8 +195,8 @@ class BinaryOpener:
                 self.problems.append(f"{common.printable(mapping.filename)} was replaced "
                                      "since the app mapped it: its frames are unnamed")
                 return None
-            elf = elf_frames.load(fd, info.st_size, mapping.filename, DSO_LIMIT)
-            if not elf.has_symtab:
+            elf = elf_frames.load(fd, info.st_size, mapping.filename, DSO_LIMIT, wanted)
+            if wanted and not elf.has_symtab:
                 elf.debug_symbols = debug_file(elf.build_id())
                 if elf.debug_symbols is not None:
                     self.debug_files.append(os.path.basename(mapping.filename))
@@ -221,6 +222,10 @@ class BinaryOpener:
                     except elf_frames.ElfError:
                         self.vdso = None
         return self.vdso if isinstance(self.vdso, elf_frames.ElfFile) else None
+
+    def headers(self, mapping: perf_data.Mapping) -> elf_frames.ElfFile | None:
+        """The file's headers and section names only (is it Go?): cheap, not cached."""
+        return self._open(mapping, wanted=())
 
 
 DEBUG_DIR = "/usr/lib/debug/.build-id"
@@ -274,7 +279,7 @@ def frame_pointers_everywhere(pid: int, opener: BinaryOpener) -> bool:
     if not files:
         return False
     for name, start, end, inode in files:
-        elf = opener(perf_data.Mapping(pid, start, end, 0, name, inode))
+        elf = opener.headers(perf_data.Mapping(pid, start, end, 0, name, inode))
         if elf is None or not elf.is_go:
             return False
     return True
@@ -373,6 +378,7 @@ def run_perf(options: Options, work: str) -> Run:
         raise RecordingFailed("no-tool", "perf is not installed in this toolset image: use the "
                                          "toolset or toolset-slim image")
     target = options.target
+    began = time.monotonic()
     access = perf_access(target)
     if access.user_only and options.type != "cpu":
         raise RecordingFailed(
@@ -395,6 +401,7 @@ def run_perf(options: Options, work: str) -> Run:
     command = perf_command(perf, options, access, data, frame_pointers)
     options.progress(f"recording {options.seconds:g} s at {options.frequency} Hz "
                      f"({options.type}): {' '.join(command)}")
+    recording_started = time.monotonic()
     recorder = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
     common.wait_with_progress(options.seconds, "recording", recorder)
@@ -432,6 +439,10 @@ def run_perf(options: Options, work: str) -> Run:
         "user_only": access.user_only,
         "perf_map_entries": len(perf_map) if perf_map else 0,
         "unwind_seconds": round(time.monotonic() - started, 3),
+        # Where the time went: before perf started, perf (the recording and its exit), after.
+        "timings": {"prepare": round(recording_started - began, 3),
+                    "perf": round(started - recording_started, 3),
+                    "unwind": round(time.monotonic() - started, 3)},
         "tools": {"perf": tool_version([perf, "version"])},
     }
     return Run(folded, meta, warnings)

@@ -220,6 +220,7 @@ class Unwinder:
         self.demangle = demangle or Demangler()
         self.dsos: dict[tuple[str, int], Dso] = {}
         self.kernel_names: dict[int, str] = {}
+        self.names: dict[int, Frame] = {}
 
     # --- addresses -> binaries -------------------------------------------------------------
 
@@ -247,6 +248,13 @@ class Unwinder:
         return dso
 
     def name_at(self, address: int, mapping: perf_data.Mapping | None) -> Frame:
+        """The frame at `address` (cached: a profile hits the same few thousand addresses)."""
+        cached = self.names.get(address)
+        if cached is None:
+            cached = self.names[address] = self._name_at(address, mapping)
+        return cached
+
+    def _name_at(self, address: int, mapping: perf_data.Mapping | None) -> Frame:
         if mapping is None:
             if self.perf_map is not None:
                 jit = self.perf_map.lookup(address)
