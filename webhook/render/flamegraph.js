@@ -512,5 +512,11 @@
       });
     }
   });
-  render();
+  // A reload keeps what the controls held (the browser restores form values): start from them.
+  order = $("order").value === "weight" ? "weight" : "name";
+  if (searchBox.value.trim()) {
+    search();
+  } else {
+    render();
+  }
 })();
