@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.render.pagedata import page_data
 from webhook import constants
 from webhook.commands import cli
 from webhook.sessions import session as sessions
@@ -410,14 +411,6 @@ class LocalToolset(sessions.Session):
             return sessions.ExecResult(0, "", "")
         done = subprocess.run(list(command), capture_output=True, text=True, check=False)
         return sessions.ExecResult(done.returncode, done.stdout, done.stderr)
-
-
-def page_data(html: str) -> Any:
-    import re
-
-    match = re.search(r'<script id="profile" type="application/json">(.*?)</script>', html, re.S)
-    assert match
-    return json.loads(match.group(1))
 
 
 @pytest.fixture
