@@ -7,18 +7,26 @@ needs nothing from outside the pod: the flame graph is drawn by static/flamegrap
 JavaScript and SVG, no library, no CDN), the profile is embedded in the page as JSON, and the
 Content-Security-Policy allows scripts from the page's own origin only. Frame names come from the
 profiled app: they reach the page as JSON and are drawn with textContent, never as markup.
+
+`access` (the results service's webhook.results.auth.Authenticator) makes every page need the
+reader's Kubernetes bearer token and shows only the namespaces a SubjectAccessReview lets them
+read (403 for a page of another namespace, before looking for the run, so the answer says
+nothing about what is stored there). Without it (`sidecar-debug results serve` over a local
+directory) every run is shown.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from flask import Flask, Response, abort, render_template_string, request
+from flask import Flask, Response, abort, g, render_template_string, request
 
+from webhook import constants
 from webhook.results import folded, formats
-from webhook.results.store import Run, Store, StoreError
+from webhook.results.auth import AuthError
+from webhook.results.store import Run, Store, StoreError, check_namespace
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
        "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; "
@@ -117,10 +125,44 @@ def _hottest(run: Run) -> str:
     return ""
 
 
-def create_app(root: Path) -> Flask:
+class Access(Protocol):
+    """Who reads, and which namespaces they may read (webhook.results.auth.Authenticator)."""
+
+    def reader(self, header: str | None) -> Any: ...
+
+    def can_read(self, user: Any, namespace: str) -> bool: ...
+
+
+OPEN_PATHS = ("/healthz", "/static/", "/agent/")  # no reader token (agents bring their own)
+
+
+def create_app(root: Path, access: Access | None = None) -> Flask:
     app = Flask(__name__, static_folder=str(Path(__file__).parent / "static"),
                 static_url_path="/static")
     store = Store(root)
+
+    @app.before_request
+    def authenticate() -> None:
+        if access is None or request.path.startswith(OPEN_PATHS):
+            return
+        try:
+            g.reader = access.reader(request.headers.get("Authorization"))
+        except AuthError as refused:
+            abort(refused.status, description=refused.message)
+
+    def visible(namespace: str) -> bool:
+        if access is None:
+            return True
+        allowed: dict[str, bool] = g.setdefault("allowed", {})
+        if namespace not in allowed:
+            try:
+                allowed[namespace] = access.can_read(g.reader, namespace)
+            except AuthError as refused:
+                abort(refused.status, description=refused.message)
+        return allowed[namespace]
+
+    def readable_runs() -> list[Run]:
+        return [run for run in store.runs() if visible(run.namespace)]
 
     def page(title: str, body: str, *, subtitle: str = "", depth: int = 0, **extra: Any) -> str:
         home = "../" * depth or "./"
@@ -130,6 +172,16 @@ def create_app(root: Path) -> Flask:
             script=f"{home}static/flamegraph.js", **({"profile": 1} if "profile" in extra else {}))
 
     def find(run_id: str) -> Run:
+        namespace = run_id.split("/", 1)[0]
+        try:
+            check_namespace(namespace)
+        except StoreError as error:
+            abort(404, description=str(error))
+        if not visible(namespace):
+            abort(403, description=f"you may not read the runs of namespace {namespace}: that "
+                  f"needs `{constants.RESULTS_READ_VERB}` on {constants.RESULTS_READ_RESOURCE}."
+                  f"{constants.RBAC_GROUP} there (e.g. the view role, or the chart's "
+                  "results-reader ClusterRole bound in that namespace)")
         try:
             return store.get(run_id)
         except StoreError as error:
@@ -149,15 +201,27 @@ def create_app(root: Path) -> Flask:
         return response
 
     @app.errorhandler(400)
+    @app.errorhandler(401)
+    @app.errorhandler(403)
     @app.errorhandler(404)
+    @app.errorhandler(413)
     @app.errorhandler(500)
-    def error(error: Any) -> tuple[str, int]:
+    @app.errorhandler(503)
+    def error(error: Any) -> Response:
         code = getattr(error, "code", 500) or 500
         text = getattr(error, "description", "") or "error"
-        body = "<p id='error'>{{ text }}</p><p><a href='{{ home }}'>all runs</a></p>"
-        return render_template_string(_LAYOUT, title=str(code), subtitle=str(code), style=_STYLE,
-                                      home="/", body=render_template_string(
-                                          body, text=text, home="/")), code
+        if request.path.startswith(("/agent/", "/api/")):
+            response = Response(json.dumps({"error": text}), status=code,
+                                mimetype="application/json")
+        else:
+            body = "<p id='error'>{{ text }}</p><p><a href='{{ home }}'>all runs</a></p>"
+            response = Response(render_template_string(
+                _LAYOUT, title=str(code), subtitle=str(code), style=_STYLE, home="/",
+                body=render_template_string(body, text=text, home="/")), status=code,
+                mimetype="text/html")
+        if code == 401:
+            response.headers["WWW-Authenticate"] = 'Bearer realm="sidecar-debug results"'
+        return response
 
     @app.get("/healthz")
     def healthz() -> dict[str, str]:
@@ -165,7 +229,7 @@ def create_app(root: Path) -> Flask:
 
     @app.get("/")
     def index() -> str:
-        runs = store.runs()
+        runs = readable_runs()
         groups: dict[tuple[str, str], list[Run]] = {}
         for run in sorted(runs, key=lambda r: (r.namespace, r.pod)):
             groups.setdefault((run.namespace, run.pod), []).append(run)
@@ -178,7 +242,7 @@ def create_app(root: Path) -> Flask:
     def api_runs() -> Response:
         data = [{"id": run.id, "namespace": run.namespace, "pod": run.pod,
                  "technique": run.technique, "started": run.started.isoformat(),
-                 "samples": run.samples} for run in store.runs()]
+                 "samples": run.samples} for run in readable_runs()]
         return Response(json.dumps(data), mimetype="application/json")
 
     @app.get("/runs/<namespace>/<pod>/<name>/")

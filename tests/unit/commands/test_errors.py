@@ -104,6 +104,12 @@ BAD_INPUT: list[Any] = [
     ("results serve", ["--dir", MISSING], 2, f"{MISSING} is not a directory"),
     ("results list", ["--dir", MISSING], 2, f"{MISSING} is not a directory"),
     ("results prune", ["--dir", MISSING, "--keep", "1"], 2, f"{MISSING} is not a directory"),
+    ("results service", ["--dir", MISSING, "--audience", "a", "--tls-cert-file", MISSING,
+                         "--tls-key-file", MISSING], 2, f"{MISSING} is not a directory"),
+    ("results service", ["--dir", "{tmp}", "--audience", "a", "--tls-cert-file",
+                         "{tmp}/garbage", "--tls-key-file", "{tmp}/garbage", "--tls-wait", "0"],
+     2, "no usable serving certificate"),
+    ("results open", [], 2, "{kubeconfig}"),
 ]
 
 
