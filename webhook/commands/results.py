@@ -212,11 +212,10 @@ def _service(args: argparse.Namespace) -> int:
     from webhook import logs
     from webhook.config import load_settings
     from webhook.controller import metrics as controller_metrics
-    from webhook.kube.access import KubernetesClusterAPI
     from webhook.kube.client import api_client
     from webhook.policy.gate import load_policy_engine
     from webhook.results import metrics
-    from webhook.results.auth import Authenticator
+    from webhook.results.auth import Authenticator, ReviewAPI
     from webhook.results.mirror import cluster_mirrors
     from webhook.results.planner import Planner
     from webhook.results.service import Retention, Service, create_service_app
@@ -241,7 +240,7 @@ def _service(args: argparse.Namespace) -> int:
         print(f"sidecar-debug results service: no usable serving certificate after "
               f"{args.tls_wait:g} s: {problem}", file=sys.stderr)
         return 2
-    reviewer = KubernetesClusterAPI(args.kubeconfig, args.context)
+    reviewer = ReviewAPI(args.kubeconfig, args.context)
     gate = load_policy_engine(settings, reviewer)
     pods, namespaces = cluster_mirrors(api_client(args.kubeconfig, args.context))
     import os

@@ -71,6 +71,7 @@ class ScheduleChecks:
             self._reported.add(key)
             if result == "created":
                 metrics.SCHEDULE_PROBLEMS.labels(reason=problem.reason).inc()
-                log.warning("%s %s/%s: %s", problem.kind.lower(), problem.namespace,
-                            problem.name, problem.message)
+                where = problem.name if problem.kind == "Namespace" else \
+                    f"{problem.namespace}/{problem.name}"
+                log.warning("%s %s: %s", problem.kind.lower(), where, problem.message)
         return found

@@ -149,18 +149,6 @@ class KubernetesClusterAPI:
         status = document.get("status") or {}
         return bool(status.get("allowed")) and not status.get("denied")
 
-    def token_review(self, token: str, audiences: tuple[str, ...], timeout: float
-                     ) -> dict[str, Any]:
-        """The TokenReview's status for `token` (`audiences` empty: the apiserver's own)."""
-        spec: dict[str, Any] = {"token": token}
-        if audiences:
-            spec["audiences"] = list(audiences)
-        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
-        document = self._call("POST", "/apis/authentication.k8s.io/v1/tokenreviews", body,
-                              timeout)
-        status = document.get("status")
-        return status if isinstance(status, dict) else {}
-
     def namespace_labels(self, name: str, timeout: float) -> Mapping[str, str]:
         document = self._call("GET", f"/api/v1/namespaces/{name}", None, timeout)
         labels = (document.get("metadata") or {}).get("labels") or {}

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from webhook import constants
-from webhook.kube.access import AccessCheck, ClusterAPIError, TTLCache
+from webhook.kube.access import AccessCheck, ClusterAPIError, KubernetesClusterAPI, TTLCache
 
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 POD_HEADER = "X-Sidecar-Debug-Pod"
@@ -75,6 +75,23 @@ class Reviewer(Protocol):
                      ) -> dict[str, Any]: ...
 
     def access_allowed(self, check: AccessCheck, timeout: float) -> bool: ...
+
+
+class ReviewAPI(KubernetesClusterAPI):
+    """The apiserver calls of the results service: the gate's SubjectAccessReview and namespace
+    look-up, and TokenReviews (the webhook never reviews tokens: this lives here)."""
+
+    def token_review(self, token: str, audiences: tuple[str, ...], timeout: float
+                     ) -> dict[str, Any]:
+        """The TokenReview's status for `token` (`audiences` empty: the apiserver's own)."""
+        spec: dict[str, Any] = {"token": token}
+        if audiences:
+            spec["audiences"] = list(audiences)
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
+        document = self._call("POST", "/apis/authentication.k8s.io/v1/tokenreviews", body,
+                              timeout)
+        status = document.get("status")
+        return status if isinstance(status, dict) else {}
 
 
 def bearer_token(header: str | None) -> str:

@@ -141,8 +141,9 @@ class Planner:
         if technique:
             metrics.RUNS.labels(technique=technique, outcome="refused",
                                 reason=problem.reason).inc()
-        log.warning("%s %s/%s: %s", problem.kind.lower(), problem.namespace, problem.name,
-                    problem.message)
+        where = problem.name if problem.kind == "Namespace" else \
+            f"{problem.namespace}/{problem.name}"
+        log.warning("%s %s: %s", problem.kind.lower(), where, problem.message)
 
     # --- tickets -------------------------------------------------------------------------------
 
@@ -182,8 +183,10 @@ class Planner:
                 last = self.last.get(key)
                 minute = plans.due_minute(schedule, now, last)
                 if last is None:
-                    # First seen: from now on (a matching minute now runs at once).
-                    self.last[key] = minute or _minute(now)
+                    # First seen: from now on. A matching minute now stays due until it is
+                    # handed out (the namespace may be busy at this very poll).
+                    self.last[key] = (minute - timedelta(minutes=1)) if minute \
+                        else _minute(now)
                     changed = True
                 if minute is None:
                     continue

@@ -97,7 +97,7 @@ def _route() -> str:
         return "push"
     if path == "/":
         return "index"
-    if path.startswith("/api/"):
+    if path.split("/")[1:2] == ["api"]:
         return "api"
     if path.startswith("/diff"):
         return "diff"
