@@ -1,7 +1,7 @@
-"""Layering: the pure core (injection, the policy model and privilege rule, constants, settings)
-imports neither the Kubernetes client nor the server nor webhook.kube, not even lazily or through
-another module. Offline `inject` and the unit tests rely on that, and it keeps the core testable
-without a cluster."""
+"""Layering: the pure core (injection, the guard, the policy model and privilege rule, constants,
+settings) imports neither the Kubernetes client nor the server nor webhook.kube, not even lazily
+or through another module. Offline `inject` and `guard check` and the unit tests rely on that,
+and it keeps the core testable without a cluster."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# Every module of webhook/inject (a new one is covered without editing this list), plus these.
+# Every module of webhook/inject and webhook/guard (a new one is covered without editing this
+# list), plus these.
 PURE_CORE = (
     *sorted(f"webhook.inject.{p.stem}" for p in (ROOT / "webhook" / "inject").glob("*.py")),
+    *sorted(f"webhook.guard.{p.stem}" for p in (ROOT / "webhook" / "guard").glob("*.py")),
     "webhook.policy.model",
     "webhook.policy.privilege",
     "webhook.constants",
