@@ -89,3 +89,32 @@ def test_a_volume_name_taken_by_the_app_is_not_reused(tmp_path: Path) -> None:
     result, _ = injected(taken, settings=settings)
     [volume] = [v for v in result["spec"]["volumes"] if "projected" in v]
     assert volume["name"] == f"{constants.RESULTS_TOKEN_VOLUME}-2"
+
+
+def test_the_guard_verifies_the_wired_toolset_and_refuses_a_forged_token_mount(
+        tmp_path: Path) -> None:
+    """webhook.guard.toolset rebuilds what the injector builds: the results wiring is part of
+    it, and a token for another audience (or another CA shape) under our mount is not."""
+    from tests.unit.guard.test_toolset import as_admitted
+    from webhook.guard.toolset import verify_toolsets
+
+    settings, _ = configured(tmp_path)
+    result, _ = injected(pod(), settings=settings)
+    admitted = as_admitted(result)
+    report = verify_toolsets(admitted, settings)
+    assert [t.container.name for t in report.toolsets] == ["debug-toolset"]
+    assert report.violations == ()
+
+    other_audience = copy.deepcopy(admitted)
+    [volume] = [v for v in other_audience["spec"]["volumes"]
+                if v["name"] == constants.RESULTS_TOKEN_VOLUME]
+    volume["projected"]["sources"][0]["serviceAccountToken"]["audience"] = "kubernetes"
+    assert verify_toolsets(other_audience, settings).toolsets == ()
+
+    bad_ca = copy.deepcopy(admitted)
+    for item in bad_ca["spec"]["containers"][0]["env"]:
+        if item["name"] == constants.ENV_RESULTS_CA:
+            item["value"] = "not a certificate"
+    assert verify_toolsets(bad_ca, settings).toolsets == ()
+    # Without the results service configured, the same mount is not ours.
+    assert verify_toolsets(admitted, settings_with()).toolsets == ()
