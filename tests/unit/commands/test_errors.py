@@ -110,6 +110,10 @@ BAD_INPUT: list[Any] = [
                          "{tmp}/garbage", "--tls-key-file", "{tmp}/garbage", "--tls-wait", "0"],
      2, "no usable serving certificate"),
     ("results open", [], 2, "{kubeconfig}"),
+    ("render", [MISSING], 2, f"cannot read {MISSING}: No such file or directory"),
+    ("render", ["{tmp}"], 2, "cannot read {tmp}: Is a directory"),
+    ("render", ["{tmp}/garbage", "-o", "{tmp}/page.html"], 2,
+     "{tmp}/garbage: not folded stacks, speedscope JSON or pprof: line 1: expected"),
 ]
 
 
