@@ -36,6 +36,8 @@ from tests.unit.toolset.conftest import LIB, load_script
 from webhook import constants
 from webhook.certs import pki
 from webhook.certs.tls import write_bundle
+from webhook.config import Settings, load_settings
+from webhook.inject.sidecar import InjectionPlan, inject_pod
 from webhook.kube import client as kube
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -61,6 +63,7 @@ class Service:
     ca_pem: str
     log: Path
     directory: Path
+    settings: Settings  # the webhook's settings the service plans with (the same file)
 
 
 def chart_rbac(cluster: Cluster) -> None:
@@ -117,10 +120,12 @@ def service(lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
                                        work / "sa.kubeconfig")
     ca = pki.generate_ca()
     files = write_bundle(work / "tls", ca, pki.generate_serving(ca, ["127.0.0.1", "localhost"]))
-    (work / "config.yaml").write_text(yaml.safe_dump({"toolsetImage": TOOLSET}))
+    port, local, metrics = free_port(), free_port(), free_port()
+    (work / "config.yaml").write_text(yaml.safe_dump({
+        "toolsetImage": TOOLSET, "resultsUrl": f"https://127.0.0.1:{port}",
+        "resultsAudience": AUDIENCE}))
     store = work / "store"
     store.mkdir()
-    port, local, metrics = free_port(), free_port(), free_port()
     log = work / "service.log"
     with open(log, "wb") as output:
         process = subprocess.Popen(
@@ -140,7 +145,8 @@ def service(lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 
         wait_until(ready, 60, "the results service ready")
         yield Service(f"https://127.0.0.1:{port}", f"http://127.0.0.1:{local}",
-                      files["ca.crt"].read_text(), log, store)
+                      files["ca.crt"].read_text(), log, store,
+                      load_settings(str(work / "config.yaml"), environ={}))
     finally:
         process.terminate()
         try:
@@ -157,21 +163,19 @@ def agent() -> ModuleType:
     return load_script("results-agent")
 
 
-def toolset_pod(name: str, namespace: str, *, account: str = "default",
+def toolset_pod(service: Service, name: str, namespace: str, *,
                 schedule: str | None = EVERY_MINUTE, profile: str = "perf") -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": name, "namespace": namespace,
-                                "labels": {"app": name}}
+    """The pod as the webhook injects it with the results wiring (its pipeline's own code): the
+    service verifies the toolset exactly as the guard does."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": {"app": name}}
     if schedule is not None:
         metadata["annotations"] = {constants.ANNOTATION_SCHEDULE: schedule}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {
-        "serviceAccountName": account,
-        "containers": [
-            {"name": "debug-toolset", "image": TOOLSET,
-             "env": [{"name": constants.ENV_PROFILE, "value": profile}],
-             "volumeMounts": [{"name": "token", "mountPath": constants.RESULTS_TOKEN_DIR}]},
-            {"name": "app", "image": "app:1"}],
-        "volumes": [{"name": "token", "projected": {"sources": [{"serviceAccountToken": {
-            "audience": AUDIENCE, "path": "token"}}]}}]}}
+    app = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+           "spec": {"containers": [{"name": "app", "image": "app:1"}]}}
+    injected, _ = inject_pod(app, InjectionPlan(profile=service.settings.profiles[profile],
+                                                results_ca=service.ca_pem, grant="e2e"),
+                             service.settings)
+    return dict(injected)
 
 
 def create(cluster: Cluster, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -220,9 +224,9 @@ def reader_get(service: Service, path: str, token: str | None, *, local: bool = 
 
 
 def test_kubernetes_1_20_binds_the_token_to_the_pod_in_the_token_review(
-        lite_cluster: Cluster) -> None:
+        lite_cluster: Cluster, service: Service) -> None:
     namespace = new_namespace(lite_cluster, "bound")
-    pod = create(lite_cluster, toolset_pod("p", namespace))
+    pod = create(lite_cluster, toolset_pod(service, "p", namespace))
     token = token_request(lite_cluster, namespace, "default", audience=AUDIENCE, pod=pod)
     review = kube.request(lite_cluster.api_client(), "POST",
                           "/apis/authentication.k8s.io/v1/tokenreviews",
@@ -238,8 +242,8 @@ def test_kubernetes_1_20_binds_the_token_to_the_pod_in_the_token_review(
 def test_a_pods_token_pushes_only_its_own_runs(lite_cluster: Cluster, service: Service,
                                                agent: ModuleType, tmp_path: Path) -> None:
     namespace = new_namespace(lite_cluster, "push")
-    first = create(lite_cluster, toolset_pod("first", namespace))
-    second = create(lite_cluster, toolset_pod("second", namespace))
+    first = create(lite_cluster, toolset_pod(service, "first", namespace))
+    second = create(lite_cluster, toolset_pod(service, "second", namespace))
     first_token = token_request(lite_cluster, namespace, "default", audience=AUDIENCE, pod=first)
     second_token = token_request(lite_cluster, namespace, "default", audience=AUDIENCE,
                                  pod=second)
@@ -278,7 +282,7 @@ def test_a_pods_token_pushes_only_its_own_runs(lite_cluster: Cluster, service: S
 def test_readers_see_only_what_rbac_lets_them_read(lite_cluster: Cluster, service: Service,
                                                    agent: ModuleType, tmp_path: Path) -> None:
     namespace = new_namespace(lite_cluster, "readers")
-    pod = create(lite_cluster, toolset_pod("web", namespace))
+    pod = create(lite_cluster, toolset_pod(service, "web", namespace))
     as_pod = client(agent, service, token_request(lite_cluster, namespace, "default",
                                                   audience=AUDIENCE, pod=pod), tmp_path)
     [run] = plan_for(as_pod)
@@ -331,14 +335,14 @@ def test_a_poisoned_namespace_leaves_the_others_schedules_running(
         lite_cluster: Cluster, service: Service, agent: ModuleType, tmp_path: Path) -> None:
     poisoned = new_namespace(lite_cluster, "poisoned")
     for index, text in enumerate(POISON.values()):
-        create(lite_cluster, toolset_pod(f"bad-{index}", poisoned, schedule=text))
+        create(lite_cluster, toolset_pod(service, f"bad-{index}", poisoned, schedule=text))
     lite_cluster.kubectl("annotate", "namespace", poisoned,
                          f"{constants.ANNOTATION_SCHEDULE}={POISON['never-3270']}")
     healthy = new_namespace(lite_cluster, "healthy")
-    pod = create(lite_cluster, toolset_pod("web", healthy))
+    pod = create(lite_cluster, toolset_pod(service, "web", healthy))
     as_pod = client(agent, service, token_request(lite_cluster, healthy, "default",
                                                   audience=AUDIENCE, pod=pod), tmp_path)
-    bad = create(lite_cluster, toolset_pod("victim", poisoned, schedule=None))
+    bad = create(lite_cluster, toolset_pod(service, "victim", poisoned, schedule=None))
     as_bad = client(agent, service, token_request(lite_cluster, poisoned, "default",
                                                   audience=AUDIENCE, pod=bad), tmp_path)
     time.sleep(2)  # the service's watch has every pod and annotation now

@@ -35,7 +35,9 @@ def _slim_container(container: Any) -> dict[str, Any] | None:
 
 
 def slim(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """What planning needs of a pod or namespace."""
+    """What planning needs of a pod or namespace. A pod the webhook wired for results (its
+    label) keeps its whole spec: the guard's verification of its toolset compares every field;
+    other pods cannot push and keep names, labels and phase."""
     metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     assert isinstance(metadata, dict)  # noqa: S101 - for the type checker
     annotations = metadata.get("annotations")
@@ -46,7 +48,12 @@ def slim(obj: Mapping[str, Any]) -> dict[str, Any]:
         kept["annotations"] = {k: v for k, v in annotations.items() if k in _KEPT_ANNOTATIONS}
     result: dict[str, Any] = {"metadata": kept}
     spec = obj.get("spec")
-    if isinstance(spec, dict) and "containers" in spec:
+    labels = metadata.get("labels")
+    wired = isinstance(labels, dict) and labels.get(constants.LABEL_RESULTS_AGENT) == \
+        constants.LABEL_RESULTS_AGENT_VALUE
+    if wired and isinstance(spec, dict):
+        result["spec"] = dict(spec)
+    elif isinstance(spec, dict) and "containers" in spec:
         result["spec"] = {
             "serviceAccountName": spec.get("serviceAccountName"),
             **{kind: [c for c in map(_slim_container, spec.get(kind) or []) if c]

@@ -9,8 +9,8 @@ token mount): annotations are parsed as hostile text, each alone.
 - `Book` parses each annotation value once (cached by its text), within a size limit
   (webhook.schedules.spec) and a CPU budget: a value that fails, raises anything, or takes
   too long is that annotation's problem, never the caller's.
-- `toolset_of(pod, settings)`: the pod's injected toolset, if it runs the installed toolset
-  image and has the results token: its profile and what that profile can record.
+- `toolset_of(pod, settings)`: the pod's injected toolset as the guard verifies it, whether
+  it has the results token, its granted profile and what that profile can record.
 - `applicable(...)`: the pod's own schedules and the namespace schedules that pick it (their
   selector matches and it is among the first `maxPods` eligible pods, by name).
 - `check(...)`: can this pod run this schedule: its granted profile has the technique, the
@@ -21,7 +21,6 @@ token mount): annotations are parsed as hostile text, each alone.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -31,6 +30,7 @@ from typing import Any, Protocol
 
 from webhook import constants
 from webhook.config import Settings
+from webhook.guard.toolset import verify_toolsets
 from webhook.policy.model import RuleSettings, format_duration
 from webhook.schedules.spec import Schedule, ScheduleError, parse
 
@@ -180,49 +180,26 @@ def invalid(obj: Mapping[str, Any], kind: str, parsed: Parsed, text: str) -> Pro
 
 # --- the pod's toolset ------------------------------------------------------------------------
 
-def _named(items: Any) -> list[dict[str, Any]]:
-    return [c for c in (items if isinstance(items, list) else [])
-            if isinstance(c, dict) and isinstance(c.get("name"), str)]
-
-
-def _env(container: Mapping[str, Any], name: str) -> str | None:
-    env = container.get("env")
-    for item in env if isinstance(env, list) else []:
-        if isinstance(item, dict) and item.get("name") == name and "valueFrom" not in item:
-            value = item.get("value")
-            return value if isinstance(value, str) else None
-    return None
-
-
-def _status_container(pod: Mapping[str, Any], settings: Settings) -> str:
-    raw = (_metadata(pod).get("annotations") or {}).get(constants.ANNOTATION_STATUS)
-    try:
-        named = json.loads(raw).get("container") if isinstance(raw, str) else None
-    except (ValueError, AttributeError, RecursionError):
-        named = None
-    return named if isinstance(named, str) and named else settings.sidecar_name
-
-
 def toolset_of(pod: Mapping[str, Any], settings: Settings) -> Toolset | None:
-    """The pod's injected toolset container, or None when it has none that runs the installed
-    toolset image. Its profile is what the webhook wrote into the container's env (immutable,
-    unlike annotations); what that profile can record comes from the installed profiles, never
-    from the pod. Attached (ephemeral) toolsets are not planned for: they end at their
-    deadline and a schedule would keep re-attaching the question."""
+    """The pod's injected toolset, as the guard verifies it (webhook.guard.toolset: rebuilt from
+    the profile its env claims and compared with what the pod has; the status annotation and
+    the container's name count for nothing), or None. Its profile is the one the webhook
+    granted and wrote into the container's env (immutable); what that profile can record comes
+    from the installed profiles. Attached (ephemeral) toolsets are not planned for: they have
+    no results token and end at their deadline. Only the configured toolset image verifies
+    here (not other images a policy's allowedImages admits)."""
+    report = verify_toolsets(pod, settings)
+    verified = next((t for t in report.toolsets if not t.attached), None)
+    if verified is None:
+        return None
     spec = pod.get("spec")
-    if not isinstance(spec, dict):
-        return None
-    name = _status_container(pod, settings)
-    containers = _named(spec.get("containers")) + _named(spec.get("initContainers"))
-    container = next((c for c in containers if c["name"] == name), None)
-    if container is None or container.get("image") != settings.toolset_image:
-        return None
-    profile_name = _env(container, constants.ENV_PROFILE) or ""
-    profile = settings.profiles.get(profile_name)
-    mounts = container.get("volumeMounts")
+    containers = spec.get(verified.container.kind) if isinstance(spec, dict) else None
+    container = containers[verified.container.index] if isinstance(containers, list) else {}
+    mounts = container.get("volumeMounts") if isinstance(container, dict) else None
     has_token = any(isinstance(m, dict) and m.get("mountPath") == constants.RESULTS_TOKEN_DIR
                     for m in (mounts if isinstance(mounts, list) else []))
-    return Toolset(name, profile_name,
+    profile = settings.profiles.get(verified.profile)
+    return Toolset(verified.container.name, verified.profile,
                    profile.techniques if profile is not None else frozenset(), has_token)
 
 

@@ -51,7 +51,7 @@ def test_the_toolset_alone_gets_the_token_url_and_ca(tmp_path: Path) -> None:
     assert env[constants.ENV_RESULTS_URL]["value"] == URL
     assert env[constants.ENV_RESULTS_CA]["value"] == ca
     assert env[constants.ENV_POD_NAME]["valueFrom"] == {
-        "fieldRef": {"fieldPath": "metadata.name"}}
+        "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}
     assert constants.ENV_RESULTS_URL not in {e["name"] for e in app.get("env", [])}
     assert result["metadata"]["labels"] == {"app": "web",
                                             constants.LABEL_RESULTS_AGENT: "true"}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.schedules.test_plan import SETTINGS, Rules, namespace, pod, toolset
+from tests.unit.schedules.test_plan import SETTINGS, Rules, namespace, pod
 from webhook.results import metrics
 from webhook.results.planner import PlanError, Planner
 
@@ -94,7 +94,7 @@ def test_a_ticket_not_answered_expires_and_frees_its_slot(tmp_path: Path) -> Non
 
 
 def test_problems_are_refused_and_counted_once(tmp_path: Path) -> None:
-    downgraded = pod("web", annotation=EVERY_MINUTE, containers=[toolset("lttng")])
+    downgraded = pod("web", annotation=EVERY_MINUTE, profile="lttng")
     subject = planner(tmp_path)
     refused = runs("refused", "ScheduleTechniqueUnavailable")
     for minute in range(3):

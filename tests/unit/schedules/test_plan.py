@@ -12,14 +12,19 @@ from typing import Any
 
 import pytest
 
+from tests.unit.core_helpers import settings_with
+from tests.unit.guard.test_toolset import as_admitted
 from webhook import constants
-from webhook.config import Settings
+from webhook.certs import pki
+from webhook.inject.sidecar import InjectionPlan, inject_pod
 from webhook.policy.model import RuleSettings
 from webhook.schedules import plan
 from webhook.schedules.plan import Book
 
 T0 = datetime(2026, 12, 3, 7, 0, 20, tzinfo=UTC)
-SETTINGS = Settings(toolset_image="toolset:1")
+SETTINGS = settings_with(toolset_image="toolset:1", results_url="https://r.sd.svc:443",
+                         results_audience="sidecar-debug.io/results/sd/r")
+CA = pki.generate_ca().cert_pem.decode()
 KEY = constants.ANNOTATION_SCHEDULE
 
 # The issue's four: 8,000 nested brackets, a superscript digit, an overflowing duration, and
@@ -54,16 +59,24 @@ def toolset(profile: str = "full", *, image: str = "toolset:1", token: bool = Tr
 
 
 def pod(name: str, labels: dict[str, str] | None = None, *, namespace: str = "shop",
-        annotation: str | None = None, phase: str = "Running",
-        containers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        annotation: str | None = None, phase: str = "Running", profile: str = "full",
+        wired: bool = True, containers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A pod as the API has it after the webhook injected it (with the results wiring unless
+    `wired` is false); `containers` replaces its containers by hand-written ones."""
     metadata: dict[str, Any] = {"name": name, "namespace": namespace, "uid": f"uid-{name}",
                                 "labels": labels or {}}
+    app = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+           "spec": {"containers": [{"name": "app", "image": "app"}]}}
+    injected, _ = inject_pod(app, InjectionPlan(profile=SETTINGS.profiles[profile],
+                                                results_ca=CA if wired else "", grant="test"),
+                             SETTINGS)
+    result = as_admitted(injected)
+    if containers is not None:
+        result["spec"]["containers"] = containers
     if annotation is not None:
-        metadata["annotations"] = {KEY: annotation}
-    return {"metadata": metadata,
-            "spec": {"containers": containers if containers is not None
-                     else [toolset(), {"name": "app", "image": "app"}]},
-            "status": {"phase": phase}}
+        result["metadata"]["annotations"][KEY] = annotation
+    result["status"] = {"phase": phase}
+    return result
 
 
 def namespace(name: str = "shop", annotation: str | None = None) -> dict[str, Any]:
@@ -131,7 +144,7 @@ def test_namespace_schedules_pick_running_pods_with_an_agent_by_name() -> None:
     annotation = json.dumps({"cron": "* * * * *", "selector": {"matchLabels": {"app": "web"}},
                              "maxPods": 2})
     pods = [pod("web-c", {"app": "web"}), pod("web-a", {"app": "web"}),
-            pod("web-b", {"app": "web"}, containers=[toolset(token=False)]),
+            pod("web-b", {"app": "web"}, wired=False),
             pod("web-0", {"app": "web"}, phase="Pending"), pod("batch", {"app": "batch"})]
     book = Book()
     picked = [p["metadata"]["name"] for p in pods
@@ -139,26 +152,30 @@ def test_namespace_schedules_pick_running_pods_with_an_agent_by_name() -> None:
     assert sorted(picked) == ["web-a", "web-c"]  # no agent in web-b, web-0 not running
 
 
-def test_the_toolset_is_the_webhooks_and_its_profile_the_installed_one() -> None:
+def test_the_toolset_is_the_one_the_guard_verifies_and_its_profile_the_granted_one() -> None:
     assert plan.toolset_of(pod("a"), SETTINGS) == plan.Toolset(
         "debug-toolset", "full", frozenset({"perf", "lttng", "bcc"}), True)
-    # Another image under the sidecar's name (a hand-written container): not a toolset.
-    assert plan.toolset_of(pod("b", containers=[toolset(image="evil:1")]), SETTINGS) is None
-    # The status annotation may name the container; it still has to run the toolset image.
-    named = pod("c", containers=[{"name": "app", "image": "app"}, toolset(name="dbg")])
-    named["metadata"]["annotations"] = {constants.ANNOTATION_STATUS: '{"container": "dbg"}'}
-    assert plan.toolset_of(named, SETTINGS) is not None
-    named["metadata"]["annotations"] = {constants.ANNOTATION_STATUS: '{"container": "app"}'}
-    assert plan.toolset_of(named, SETTINGS) is None
-    # A profile this webhook does not have can record nothing.
-    assert plan.toolset_of(pod("d", containers=[toolset("made-up")]), SETTINGS) == plan.Toolset(
-        "debug-toolset", "made-up", frozenset(), True)
+    assert plan.toolset_of(pod("b", profile="lttng"), SETTINGS) == plan.Toolset(
+        "debug-toolset", "lttng", frozenset({"lttng"}), True)
+    assert plan.toolset_of(pod("c", wired=False), SETTINGS) == plan.Toolset(
+        "debug-toolset", "full", frozenset({"perf", "lttng", "bcc"}), False)
+    # Hand-written containers claiming the toolset (its image, its env, its name, the token
+    # mount), whatever the status annotation says: not a toolset.
+    for forged in (toolset(), toolset(image="evil:1"), toolset("made-up")):
+        claimed = pod("d", containers=[forged, {"name": "app", "image": "app"}])
+        assert plan.toolset_of(claimed, SETTINGS) is None
+    # Another profile written into a real sidecar's env (a forged grant): not verified.
+    edited = pod("e", profile="lttng")
+    for item in edited["spec"]["containers"][0]["env"]:
+        if item["name"] == constants.ENV_PROFILE:
+            item["value"] = "full"
+    assert plan.toolset_of(edited, SETTINGS) is None
 
 
 def test_a_technique_the_granted_profile_cannot_run_is_a_problem_on_the_pod() -> None:
     """Issue 18 item 5: perf asked of a sidecar downgraded to lttng."""
     [schedule] = Book().read("shop", None, '{"cron": "* * * * *"}').schedules
-    downgraded = pod("web", containers=[toolset("lttng")])
+    downgraded = pod("web", profile="lttng")
     problem = plan.check(schedule, downgraded, plan.toolset_of(downgraded, SETTINGS), Rules())
     assert problem is not None and problem.reason == plan.REASON_TECHNIQUE
     assert (problem.kind, problem.name, problem.uid) == ("Pod", "web", "uid-web")
