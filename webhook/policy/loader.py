@@ -230,6 +230,7 @@ _SETTINGS_KEYS = (
     "maxScheduleFrequency",
     "grantSubject",
     "nonGrantingIdentities",
+    "guardLevel",
 )
 
 
@@ -264,6 +265,7 @@ def _overlay(base: RuleSettings, raw: Mapping[str, Any]) -> RuleSettings:
         max_schedule_frequency=raw.get("maxScheduleFrequency", base.max_schedule_frequency),
         grant_subject=raw.get("grantSubject", base.grant_subject),
         non_granting=_identities(base.non_granting, raw.get("nonGrantingIdentities")),
+        guard_level=raw.get("guardLevel", base.guard_level),
     )
 
 
