@@ -41,7 +41,7 @@ def _target(name: str, met: bool | None, value: str, goal: str) -> dict[str, Any
 
 
 def targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
-    rows = []
+    rows = _flamegraph_targets(results.get("flamegraph") or {})
     handler = results.get("handler")
     if handler:
         typical8 = next((c for c in handler["comparisons"]
@@ -75,6 +75,15 @@ def targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
                                 2000 / cpu >= MIN_RPS,
                                 f"{2000 / cpu:.0f} reviews/s ({cpu:.2f} ms CPU per review)",
                                 f">= {MIN_RPS:.0f}/s"))
+    guard = results.get("guard")
+    typical_guard = next((c for c in (guard or {}).get("comparisons", [])
+                          if c["shape"] == "typical" and c["concurrency"] == 8), None)
+    if typical_guard:
+        rows.append(_target(
+            "guard p99 vs null handler, typical injected pod, concurrency 8",
+            typical_guard["p99_delta_ms"] <= P99_BUDGET_MS,
+            f"{typical_guard['p99_delta_ms']:+.2f} ms ({typical_guard['webhook_p99_ms']:.2f} vs "
+            f"{typical_guard['null_p99_ms']:.2f} ms)", f"<= +{P99_BUDGET_MS} ms"))
     scaling = results.get("scaling")
     if scaling:
         fit = scaling["fit"]
@@ -124,6 +133,21 @@ def flask_cost_ms(comparison: Mapping[str, Any]) -> float | None:
     return round(float(flask) - float(plain), 3)
 
 
+def _flamegraph_targets(flame: Mapping[str, Any]) -> list[dict[str, Any]]:
+    ours = flame.get("flamegraph")
+    if not ours:
+        return []
+    return [
+        _target("flame graph: command to folded + meta beyond a 10 s recording",
+                ours["beyond_recording_s"] <= 2.0, f"{ours['beyond_recording_s']:.2f} s",
+                "<= 2 s"),
+        _target("flame graph: app throughput cost at 99 Hz", ours["overhead_percent"] < 3.0,
+                f"{ours['overhead_percent']:.1f} %", "< 3 %"),
+        _target("flame graph: named frames (Node demo)", ours["named_share"] >= 0.95,
+                f"{100 * ours['named_share']:.1f} %", ">= 95 %"),
+    ]
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
@@ -151,6 +175,18 @@ def render(results: Mapping[str, Any]) -> str:
               f"{c.get('null_flask_rps') or 0:.0f}", c.get("null_flask_cpu_ms"),
               flask_cost_ms(c)]
              for c in handler["comparisons"]]))
+    guard = results.get("guard")
+    if guard:
+        out.append(f"\n1b. The guard (/validate-pods) on the injected pod, over TLS on loopback "
+                   f"({guard['server']}, wrk, {guard['seconds_per_point']} s per point)")
+        out.append(_table(
+            ["pod", "conc", "guard/s", "null/s", "ratio", "p50 ms", "null p50", "p99 ms",
+             "null p99", "p99 +ms", "cpu ms", "null cpu"],
+            [[c["shape"], c["concurrency"], f"{c['webhook_rps']:.0f}", f"{c['null_rps']:.0f}",
+              c["rps_ratio"], f"{c['webhook_p50_ms']:.2f}", f"{c['null_p50_ms']:.2f}",
+              f"{c['webhook_p99_ms']:.2f}", f"{c['null_p99_ms']:.2f}",
+              f"{c['p99_delta_ms']:+.2f}", c.get("webhook_cpu_ms"), c.get("null_cpu_ms")]
+             for c in guard["comparisons"]]))
     workers = results.get("workers")
     if workers:
         out.append("\nWorker class and count (webhook, typical pod; median of the rounds)")
@@ -217,6 +253,15 @@ def render(results: Mapping[str, Any]) -> str:
              "frames drawn"],
             [[speed["parse_cpu_ms"], speed["render_cpu_ms"], speed["total_ms"],
               speed.get("browser_draw_ms", "-"), speed.get("frames_drawn", "-")]]))
+    flame = results.get("flamegraph")
+    if flame:
+        from bench import flamegraph
+
+        out.append(f"\n6. Flame graph recording of the demo's Node sample ({flame.get('seconds')} "
+                   f"s at {flame.get('frequency')} Hz, median of {flame.get('rounds')} rounds), "
+                   "side by side with perf run directly")
+        out.append(_table(["tool", "beyond the recording", "app throughput cost", "named"],
+                          flamegraph.table(flame)))
     rows = results.get("targets") or []
     if rows:
         out.append("\nTargets")

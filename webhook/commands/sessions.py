@@ -9,7 +9,18 @@ from pathlib import Path
 from typing import Any
 
 from webhook import constants
+from webhook.sessions import copyback
 from webhook.sessions import session as sessions
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of bytes: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,6 +46,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     common.add_argument("--image",
                         help="the toolset image (default: toolsetImage from the settings); the "
                         "container used must run it")
+    common.add_argument("--max-output-bytes", type=_positive_int, metavar="BYTES",
+                        default=sessions.DEFAULT_MAX_OUTPUT_BYTES,
+                        help="stop a command in the pod that sends more output than this "
+                        f"(default {sessions.DEFAULT_MAX_OUTPUT_BYTES})")
+    common.add_argument("--max-copy-bytes", type=_positive_int, metavar="BYTES",
+                        default=copyback.DEFAULT_MAX_COPY_BYTES,
+                        help="refuse results larger than this when copying them back (default "
+                        f"{copyback.DEFAULT_MAX_COPY_BYTES})")
 
     output = argparse.ArgumentParser(add_help=False)
     output.add_argument("--force", action="store_true",
@@ -48,12 +67,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     flame = subparsers.add_parser(
         "flamegraph", parents=[common, target, output],
-        help="profile a pod's app with perf and bring back an interactive flame graph",
-        description="Record the app with perf from the pod's toolset container, render the "
-        "flame graph there, and copy flamegraph.html (and the folded stacks) back.")
+        help="profile a pod's app and render its flame graph here",
+        description="Record the app from the pod's toolset container (perf, or py-spy for "
+        "Python < 3.12), bring its folded stacks and metadata back, and render the flame graph "
+        "here.")
     flame.add_argument("--seconds", type=float, default=10.0, help="recording time (default 10)")
     flame.add_argument("--frequency", type=int, default=99, metavar="HZ",
                        help="samples per second (default 99)")
+    flame.add_argument("--type", choices=("cpu", "offcpu", "wall"), default="cpu",
+                       dest="profile_type",
+                       help="cpu (default: where it burns CPU), offcpu (where it waits) or "
+                       "wall (both, in time)")
     flame.add_argument("-o", "--output", type=Path,
                        help="HTML file to write (default flamegraph-POD.html; the folded stacks "
                        "go next to it as .folded)")
@@ -118,8 +142,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="list debug sessions: injected, standby and attached toolsets, and when they expire",
         description="List the debug sessions of a namespace (or all): injected sidecars, "
         "standby pods and attached ephemeral toolset containers, with profile, who granted it, "
-        "age and expiry. EXPIRES is the pod's sidecar-debug.io/overdue-after annotation (the "
-        "policy at admission); with --policy, the earlier of that and the session's start plus "
+        "age and expiry, read from the toolset's environment (the webhook wrote them at "
+        "admission). EXPIRES is the deadline written then (the policy at admission); with "
+        "--policy, the earlier of that and the session's start plus "
         "that policy's maxSessionDuration, as `sidecar-debug controller` computes it.")
     scope = listing.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
@@ -141,7 +166,8 @@ def _session(args: argparse.Namespace) -> sessions.Session:
     return sessions.Session(api_client=api_client, pod=args.pod, namespace=namespace,
                             container=args.container, sidecar_name=args.sidecar_name,
                             settings_ref=args.settings_configmap, config_file=args.config,
-                            image=args.image)
+                            image=args.image, max_output_bytes=args.max_output_bytes,
+                            max_copy_bytes=args.max_copy_bytes)
 
 
 def _run(args: argparse.Namespace, body: Any) -> int:
@@ -158,7 +184,8 @@ def _run(args: argparse.Namespace, body: Any) -> int:
 def _flamegraph(args: argparse.Namespace) -> int:
     return _run(args, lambda session: sessions.flamegraph(
         session, seconds=args.seconds, frequency=args.frequency, pid=args.pid, name=args.name,
-        output=args.output, keep_remote=args.keep_remote, force=args.force))
+        output=args.output, keep_remote=args.keep_remote, force=args.force,
+        profile_type=args.profile_type))
 
 
 def _trace(args: argparse.Namespace) -> int:

@@ -6,12 +6,16 @@ against the original (webhook.inject.patch), so no JSON-pointer indices are ever
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook import __version__, constants, jsonio
-from webhook.config import EnvHint, Profile, Settings
+from webhook import __version__, constants
+from webhook.config import Settings
+from webhook.inject.status import InjectionStatus
+from webhook.profiles import EnvHint, Profile
+from webhook.rfc3339 import format_time
 
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 
@@ -33,6 +37,13 @@ class InjectionPlan:
     # standby: only the inert parts (shared volumes in the app containers, shared PID namespace,
     # runtime hints), no container; `attach` adds the toolset as an ephemeral container.
     mode: str = constants.MODE_INJECTED
+    # The CA bundle of the results service (PEM), read by the webhook where it serves from:
+    # with settings.results_url, the injected toolset gets the results token, URL and CA.
+    # Empty (offline `inject`, or no CA readable yet): no results wiring.
+    results_ca: str = ""
+    # The session's facts (session_env): set by the webhook's admission, None offline.
+    started: dt.datetime | None = None
+    deadline: dt.datetime | None = None
 
 
 @dataclass
@@ -74,8 +85,9 @@ def writable_copy(pod: dict[str, Any]) -> dict[str, Any]:
     metadata = mutated.get("metadata")
     if isinstance(metadata, dict):
         metadata = mutated["metadata"] = dict(metadata)
-        if isinstance(metadata.get("annotations"), dict):
-            metadata["annotations"] = dict(metadata["annotations"])
+        for key in ("annotations", "labels"):
+            if isinstance(metadata.get(key), dict):
+                metadata[key] = dict(metadata[key])
     spec = mutated.get("spec")
     if isinstance(spec, dict):
         spec = mutated["spec"] = dict(spec)
@@ -163,6 +175,47 @@ def toolset_env(profile: Profile) -> list[dict[str, Any]]:
     return env
 
 
+def results_env(settings: Settings, ca_pem: str) -> list[dict[str, Any]]:
+    """Where the toolset's results agent pulls plans and pushes runs, and the CA it trusts;
+    the pod's name (downward API) for apiservers that do not bind tokens to pods."""
+    return [
+        {"name": constants.ENV_RESULTS_URL, "value": settings.results_url},
+        {"name": constants.ENV_RESULTS_CA, "value": ca_pem},
+        {"name": constants.ENV_POD_NAME,
+         "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+    ]
+SESSION_FACTS = (constants.ENV_GRANT, constants.ENV_SESSION_STARTED, constants.ENV_SESSION_DEADLINE)
+
+
+def session_env(
+    grant: str, started: dt.datetime | None, deadline: dt.datetime | None
+) -> list[dict[str, Any]]:
+    """The session's facts in the toolset's env, where no update of the pod can change them
+    (annotations can be): who granted the profile, when the webhook admitted the toolset, when
+    it must end (absent: no limit). Nothing without an admission (offline inject): the webhook
+    writes them when the pod is created (webhook.inject.pipeline), the guard checks them."""
+    if started is None:
+        return []
+    env = [
+        {"name": constants.ENV_GRANT, "value": grant},
+        {"name": constants.ENV_SESSION_STARTED, "value": format_time(started)},
+    ]
+    if deadline is not None:
+        env.append({"name": constants.ENV_SESSION_DEADLINE, "value": format_time(deadline)})
+    return env
+
+
+def with_session_env(container: dict[str, Any], facts: list[dict[str, Any]]) -> dict[str, Any]:
+    """A copy of the container whose session facts are `facts` (any it had are replaced)."""
+    env = container.get("env")
+    kept = [
+        item
+        for item in (env if isinstance(env, list) else [])
+        if not (isinstance(item, dict) and item.get("name") in SESSION_FACTS)
+    ]
+    return {**container, "env": [*kept, *facts]}
+
+
 RUN_TO_COMPLETION = frozenset({"Never", "OnFailure"})
 
 
@@ -188,6 +241,7 @@ def build_sidecar(
             {"name": constants.ENV_EXIT_WITH_APP, "value": constants.ENV_EXIT_WITH_APP_VALUE},
             {"name": constants.ENV_APP_CONTAINERS, "value": ",".join(exit_with)},
         ]
+    env += session_env(plan.grant, plan.started, plan.deadline)
     container: dict[str, Any] = {
         "name": name,
         "image": plan.image or settings.toolset_image,
@@ -211,10 +265,10 @@ def build_sidecar(
     return container
 
 
-def _write_status(metadata: dict[str, Any], plan: InjectionPlan, status: dict[str, Any]) -> None:
+def _write_status(metadata: dict[str, Any], plan: InjectionPlan, status: InjectionStatus) -> None:
     annotations: dict[str, str] = _slot(metadata, "annotations", dict)
     annotations.update(plan.extra_annotations)
-    annotations[constants.ANNOTATION_STATUS] = jsonio.dumps(status, sort_keys=True).decode()
+    status.write(annotations)
 
 
 def inject_pod(
@@ -272,6 +326,23 @@ def inject_pod(
         volumes.append({"name": volume_name, "hostPath": {"path": host.path, "type": host.type}})
         sidecar_mounts.append({"name": volume_name, "mountPath": host.path, "readOnly": True})
 
+    results = not standby and bool(plan.results_ca and settings.results_url)
+    if results:
+        # The toolset's identity towards the results service: a projected token bound to this
+        # pod and to the service's audience (useless against the apiserver), renewed by the
+        # kubelet, mounted in the toolset only. The label lets the service's NetworkPolicy
+        # admit the pod (it opens the network path; the token decides).
+        token_volume = _unique_name(constants.RESULTS_TOKEN_VOLUME, volume_names)
+        volume_names.add(token_volume)
+        volumes.append({"name": token_volume, "projected": {"sources": [{
+            "serviceAccountToken": {"audience": settings.results_audience,
+                                    "expirationSeconds": settings.results_token_seconds,
+                                    "path": constants.RESULTS_TOKEN_FILE}}]}})
+        sidecar_mounts.append({"name": token_volume, "mountPath": constants.RESULTS_TOKEN_DIR,
+                               "readOnly": True})
+        _slot(metadata, "labels", dict)[constants.LABEL_RESULTS_AGENT] = \
+            constants.LABEL_RESULTS_AGENT_VALUE
+
     if not volumes:
         del spec["volumes"]
 
@@ -299,16 +370,16 @@ def inject_pod(
             spec["shareProcessNamespace"] = True
 
     if standby:
-        standby_status = {
-            "version": __version__,
-            "mode": constants.MODE_STANDBY,
-            "profile": profile.name,
-            "requestedProfile": plan.requested_profile or profile.name,
-            "grant": plan.grant,
-            "reason": plan.reason,
-            "runtime": plan.runtime or "",
-            "volumes": [m["name"] for m in sidecar_mounts],
-        }
+        standby_status = InjectionStatus(
+            version=__version__,
+            mode=constants.MODE_STANDBY,
+            profile=profile.name,
+            requested_profile=plan.requested_profile or profile.name,
+            grant=plan.grant,
+            reason=plan.reason,
+            runtime=plan.runtime or "",
+            volumes=tuple(m["name"] for m in sidecar_mounts),
+        )
         _write_status(metadata, plan, standby_status)
         return mutated, notes
 
@@ -329,6 +400,8 @@ def inject_pod(
                 "keeps running after the app ends until the sidecar is stopped"
             )
     sidecar = build_sidecar(plan, settings, name, sidecar_mounts, exit_with)
+    if results:
+        sidecar["env"] += results_env(settings, plan.results_ca)
     annotations: dict[str, str] = _slot(metadata, "annotations", dict)
     if settings.native_sidecar:
         _slot(spec, "initContainers", list).insert(0, sidecar)
@@ -339,17 +412,16 @@ def inject_pod(
             annotations[DEFAULT_CONTAINER_ANNOTATION] = str(containers[0].get("name", ""))
         containers.insert(0, sidecar)
 
-    status = {
-        "version": __version__,
-        "profile": profile.name,
-        "requestedProfile": plan.requested_profile or profile.name,
-        "grant": plan.grant,
-        "reason": plan.reason,
-        "container": name,
-        "image": sidecar["image"],
-        "runtime": plan.runtime or "",
-        "volumes": [m["name"] for m in sidecar_mounts],
-    }
-    annotations.update(plan.extra_annotations)
-    annotations[constants.ANNOTATION_STATUS] = jsonio.dumps(status, sort_keys=True).decode()
+    status = InjectionStatus(
+        version=__version__,
+        profile=profile.name,
+        requested_profile=plan.requested_profile or profile.name,
+        grant=plan.grant,
+        reason=plan.reason,
+        container=name,
+        image=str(sidecar["image"]),
+        runtime=plan.runtime or "",
+        volumes=tuple(m["name"] for m in sidecar_mounts),
+    )
+    _write_status(metadata, plan, status)
     return mutated, notes

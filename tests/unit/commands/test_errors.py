@@ -34,7 +34,7 @@ def test_unreadable_input_names_the_file(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_the_table_matches_along_the_class_hierarchy(capsys: pytest.CaptureFixture[str]) -> None:
-    from webhook.config import SettingsError
+    from webhook.errors import SettingsError
     from webhook.policy.loader import PolicyError, Problem
 
     assert errors.handle(SettingsError("port: not a number")) == 2
@@ -104,6 +104,12 @@ BAD_INPUT: list[Any] = [
     ("results serve", ["--dir", MISSING], 2, f"{MISSING} is not a directory"),
     ("results list", ["--dir", MISSING], 2, f"{MISSING} is not a directory"),
     ("results prune", ["--dir", MISSING, "--keep", "1"], 2, f"{MISSING} is not a directory"),
+    ("results service", ["--dir", MISSING, "--audience", "a", "--tls-cert-file", MISSING,
+                         "--tls-key-file", MISSING], 2, f"{MISSING} is not a directory"),
+    ("results service", ["--dir", "{tmp}", "--audience", "a", "--tls-cert-file",
+                         "{tmp}/garbage", "--tls-key-file", "{tmp}/garbage", "--tls-wait", "0"],
+     2, "no usable serving certificate"),
+    ("results open", [], 2, "{kubeconfig}"),
     ("render", [MISSING], 2, f"cannot read {MISSING}: No such file or directory"),
     ("render", ["{tmp}"], 2, "cannot read {tmp}: Is a directory"),
     ("render", ["{tmp}/garbage", "-o", "{tmp}/page.html"], 2,

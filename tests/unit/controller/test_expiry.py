@@ -23,8 +23,7 @@ from tests.unit.controller.fake import (
 from webhook import constants
 from webhook.config import load_settings
 from webhook.controller import metrics
-from webhook.controller.expiry import STOP_SCRIPT, ExpiryPass
-from webhook.controller.kubeapi import ExecResult
+from webhook.controller.expiry import ExpiryPass
 from webhook.controller.sessions import ATTACHED, INJECTED, STANDBY, sessions_of
 from webhook.kube.access import AccessCheck, ClusterAPIError
 from webhook.policy.gate import PolicyGate, load_policy_engine
@@ -116,7 +115,7 @@ def test_report_writes_one_event_per_session_and_counts_it(tmp_path: Path) -> No
     assert event["type"] == "Warning"
     assert "maxSessionDuration 30m" in event["message"] and "'shop'" in event["message"]
     assert "expired at 2026-12-03T11:30:00Z" in event["message"]
-    assert not api.evictions and not api.execs
+    assert not api.evictions
     assert count("report", "reported") == before + 1
     # Next pass (even on another replica): not reported again (the Event's name is fixed).
     assert expiry_pass(api, rules).run().actions == [("shop/old", "report", "already-reported")]
@@ -124,17 +123,18 @@ def test_report_writes_one_event_per_session_and_counts_it(tmp_path: Path) -> No
     assert count("report", "reported") == before + 1
 
 
-def test_the_overdue_annotation_from_admission_counts_even_without_a_limit_now(
+def test_the_deadline_from_admission_counts_even_without_a_limit_now(
         tmp_path: Path) -> None:
     api = FakeApi()
-    api.pods = [injected("web", created=NOW - HOUR, annotations={
-        constants.ANNOTATION_OVERDUE_AFTER: stamp(NOW - 5 * 60 * dt.timedelta(seconds=1))})]
+    api.pods = [injected("web", created=NOW - HOUR,
+                         deadline=NOW - 5 * 60 * dt.timedelta(seconds=1))]
     rules = gate(tmp_path, [{"name": "unlimited", "match": {"namespaces": ["shop"]},
                              "onExpiry": "report"}])
     result = expiry_pass(api, rules).run()
     assert result.actions == [("shop/web", "report", "reported")]
     [event] = events(api, "DebugSessionExpired")
-    assert "11:55:00Z (sidecar-debug.io/overdue-after)" in event["message"]
+    assert "11:55:00Z (the deadline set at admission, SIDECAR_DEBUG_SESSION_DEADLINE)" in (
+        event["message"])
 
 
 def test_sessions_within_their_limit_standby_and_finished_pods_are_left_alone(
@@ -216,7 +216,11 @@ def test_a_replica_that_is_no_longer_leader_does_nothing(tmp_path: Path) -> None
 # ------------------------------------------------------------------ stop
 
 
-def test_stop_ends_the_attached_toolset_and_reports_the_injected_sidecar(tmp_path: Path) -> None:
+def test_stop_leaves_the_attached_toolset_to_end_itself_and_reports_what_still_runs(
+        tmp_path: Path) -> None:
+    """The attached toolset ends itself at its deadline (its env): the controller waits
+    STOP_GRACE, then reports one that still runs, once; an injected sidecar is reported as
+    unsupported. No exec, no eviction, ever."""
     api = FakeApi()
     api.pods = [
         pod("standby", created=NOW - 3 * HOUR, status={"mode": "standby", "profile": "perf"},
@@ -226,34 +230,32 @@ def test_stop_ends_the_attached_toolset_and_reports_the_injected_sidecar(tmp_pat
                                   seconds=1))]),
         injected("web", created=NOW - HOUR),
     ]
-    stopped, unsupported = count("stop", "stopped"), count("stop", "unsupported")
+    still, unsupported = count("stop", "still-running"), count("stop", "unsupported")
     result = expiry_pass(api, gate(tmp_path, [shop_rule("stop")])).run()
-    assert sorted(result.actions) == [("shop/standby", "stop", "stopped"),
+    assert sorted(result.actions) == [("shop/standby", "stop", "still-running"),
                                       ("shop/web", "stop", "unsupported")]
-    # Only the overdue container, over exec, with the cgroup-scoped script.
-    assert api.execs == [("shop", "standby", "debug-toolset-a1b2c3", ["sh", "-c", STOP_SCRIPT])]
-    assert not api.evictions
-    assert count("stop", "stopped") == stopped + 1
+    assert not api.evictions and all(method != "POST" or "/events" in path
+                                     for method, path in api.calls)
+    assert count("stop", "still-running") == still + 1
     assert count("stop", "unsupported") == unsupported + 1
-    [note] = events(api, "DebugSessionExpired")
-    assert note["involvedObject"]["name"] == "web" and "use onExpiry evict" in note["message"]
-    assert events(api, "DebugSessionStopped")[0]["type"] == "Normal"
+    notes = {e["involvedObject"]["name"]: e["message"] for e in events(api, "DebugSessionExpired")}
+    assert "use onExpiry evict" in notes["web"]
+    assert constants.ENV_SESSION_DEADLINE in notes["standby"] and "no exec right" in notes[
+        "standby"]
+    again = expiry_pass(api, gate(tmp_path, [shop_rule("stop")])).run()
+    assert ("shop/standby", "stop", "already-reported") in again.actions
 
 
-def test_a_failed_stop_is_counted_and_not_reported_as_done(tmp_path: Path) -> None:
+def test_an_attached_toolset_just_past_its_expiry_is_given_time_to_end_itself(
+        tmp_path: Path) -> None:
     api = FakeApi()
-    api.exec_result = ExecResult(126, "", "sh: not found")
+    # The rule allows 1h; this one started 1h and 30s ago: within STOP_GRACE of its expiry.
     api.pods = [pod("p", ephemeral=[attached_container()],
-                    ephemeral_status=[running("debug-toolset-a1b2c3", NOW - HOUR)])]
-    failed = count("stop", "failed")
-    result = expiry_pass(api, gate(tmp_path, [shop_rule("stop")])).run()
-    assert result.actions == [("shop/p", "stop", "failed")]
-    assert count("stop", "failed") == failed + 1 and not events(api, "DebugSessionStopped")
-
-
-def test_stop_script_never_signals_by_pid_one_or_outside_its_cgroup() -> None:
-    assert "/proc/$$/cgroup" in STOP_SCRIPT and '"$c" = "$me"' in STOP_SCRIPT
-    assert "kill -TERM $pids" in STOP_SCRIPT and " 1 " not in STOP_SCRIPT.split("kill")[1]
+                    ephemeral_status=[running("debug-toolset-a1b2c3",
+                                              NOW - HOUR - dt.timedelta(seconds=30))])]
+    result = expiry_pass(api, gate(tmp_path, [shop_rule("stop", "1h")])).run()
+    assert result.actions == [("shop/p", "stop", "waiting")]
+    assert not events(api, "DebugSessionExpired") and api.writes() == []
 
 
 # ------------------------------------------------------------------ undecidable rules
@@ -274,8 +276,15 @@ def test_an_undecidable_namespace_selector_rule_means_no_action(tmp_path: Path) 
     assert expiry_pass(api, rules).run().actions == [("shop/web", "evict", "evicted")]
 
 
-@pytest.mark.parametrize("bad", ["not json", "[1]", '{"container": 7}'])
-def test_a_foreign_status_annotation_is_read_as_naming_the_default_sidecar(bad: str) -> None:
-    document = pod("x", containers=("debug-toolset", "app"),
-                   annotations={constants.ANNOTATION_STATUS: bad})
-    assert [s.container for s in sessions_of(document)] == ["debug-toolset"]
+@pytest.mark.parametrize("bad", ["not json", "[1]", '{"container": 7}', None,
+                                 '{"mode": "standby"}', '{"container": "app"}'])
+def test_the_toolset_is_found_whatever_the_status_annotation_says(bad: str | None) -> None:
+    """Issue 17: deleting or rewriting the annotation no longer hides a session."""
+    document = injected("x", profile="full", grant="user:alice")
+    if bad is None:
+        del document["metadata"]["annotations"][constants.ANNOTATION_STATUS]
+    else:
+        document["metadata"]["annotations"][constants.ANNOTATION_STATUS] = bad
+    [session] = sessions_of(document)
+    assert (session.kind, session.container, session.profile, session.grant) == (
+        INJECTED, "debug-toolset", "full", "user:alice")
