@@ -23,6 +23,8 @@ from webhook.results.folded import Stack
 _UNNAMED = re.compile(r"(?:\[unknown\]|<unknown>|\?\?|0x[0-9a-fA-F]+|[0-9a-fA-F]{8,16}"
                       r"|\[[^\]]*\+0x[0-9a-fA-F]+\])(?:_\[[kwij]\])?")
 MAX_NOTES = 20
+_UNITS = {"count": "samples", "samples": "samples", "microseconds": "\u00b5s", "us": "\u00b5s",
+          "\u00b5s": "\u00b5s", "nanoseconds": "ns", "ns": "ns", "bytes": "bytes"}
 MAX_TEXT = 500  # characters of one fact or note shown
 
 
@@ -102,8 +104,9 @@ class Profile:
         return named_share(self.stacks)
 
     def count_unit(self) -> str:
+        """What the counts are, spelled as the page's downloads know it (samples, \u00b5s, ns)."""
         unit = self.unit or self.meta.get("unit")
-        return _text(unit)[:40] if isinstance(unit, str) and unit.strip() else "samples"
+        return spell_unit(unit) if isinstance(unit, str) else "samples"
 
     def facts(self) -> list[tuple[str, str]]:
         """(label, text) pairs for the page's header, from the metadata keys we know."""
@@ -127,6 +130,9 @@ class Profile:
         seconds = meta.get("seconds", meta.get("duration"))
         add("duration", seconds, " s")
         add("frequency", meta.get("frequency"), " Hz")
+        mean, deepest = meta.get("mean_depth"), meta.get("max_depth")
+        if _number(mean) and _number(deepest):
+            add("depth", f"{mean:g} frames on average, {deepest:g} at most")
         unwinding = meta.get("unwinding")
         if isinstance(unwinding, Mapping):
             parts = [f"{key}: {value}" for key, value in unwinding.items()
@@ -142,6 +148,13 @@ class Profile:
         items = [value] if isinstance(value, str) else value if isinstance(value, list) else []
         return [_text(item) for item in items if isinstance(item, str) and item.strip()][
             :MAX_NOTES]
+
+
+def spell_unit(unit: str) -> str:
+    """A unit of counts as the page spells it: `count` is samples, time units short."""
+    if not unit.strip():
+        return "samples"
+    return _UNITS.get(unit.strip().lower(), _text(unit)[:40])
 
 
 def _number(value: Any) -> TypeGuard[int | float]:
@@ -171,10 +184,12 @@ def summary(profile: Profile, *, hottest: int = 0) -> list[str]:
         for stack, count in profile.stacks.items():
             leaves[stack[-1]] = leaves.get(stack[-1], 0) + count
         ranked = sorted(leaves.items(), key=lambda item: (-item[1], item[0]))[:hottest]
-        lines.append("hottest functions (self samples):")
+        lines.append(f"hottest functions (self {profile.count_unit()}):")
         lines += [f"  {100 * count / (total or 1):5.1f}%  {count:6d}  {printable(name)[:200]}"
                   for name, count in ranked]
-    lines.append(f"{profile.count_unit() + ':':<15}{total}")
+    unit = profile.count_unit()
+    lines.append(f"{'samples:':<15}{total}" if unit == "samples" else
+                 f"{'total:':<15}{total} {unit}")
     named = profile.named()
     if named is not None:
         source = ("from the recording" if named.source == "meta.json" else
