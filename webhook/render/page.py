@@ -121,7 +121,7 @@ def render(profile: Profile, *, home: str | None = None) -> Page:
     a link back to the list of runs."""
     style, script = _asset("flamegraph.css"), _asset("flamegraph.js")
     csp = (f"default-src 'none'; script-src {_sha256(script)}; style-src {_sha256(style)}; "
-           "img-src data:; base-uri 'none'; form-action 'none'")
+           "base-uri 'none'; form-action 'none'")
     nav = ""
     if home is not None:
         if not _HOME.match(home):
