@@ -619,7 +619,8 @@ def check_selinux(pod: _Pod) -> Finding | None:
         nonlocal user, role
         who = "pod" if owner is None else f"container {quote(owner.name)}"
         bad = False
-        kind = options.get("type", "")
+        kind = options.get("type")
+        kind = "" if kind is None else kind  # null is absent, as in the API
         if not (isinstance(kind, str) and kind in SELINUX_TYPES):
             types.add(_text(kind))
             text = f"{who} must not set securityContext.seLinuxOptions.type to {shown(kind)}"

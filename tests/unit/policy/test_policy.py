@@ -555,7 +555,7 @@ def test_pod_security_warning_for_privileged_result(settings: Settings) -> None:
 def test_pod_security_levels() -> None:
     profiles = load_settings(environ={}).profiles
     assert pod_security_violations(profiles["full"], "privileged") == []
-    assert "privileged" in pod_security_violations(profiles["full"], "baseline")
+    assert "privileged container" in pod_security_violations(profiles["full"], "baseline")
     assert pod_security_violations(profiles["lttng"], "baseline") == []
     assert "runs as root" in pod_security_violations(profiles["lttng"], "restricted")
     assert any("capabilities" in v for v in pod_security_violations(profiles["perf"], "baseline"))
