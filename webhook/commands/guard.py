@@ -17,7 +17,8 @@ from typing import Any, TextIO
 
 from webhook import manifest_yaml
 from webhook.commands.errors import EXIT_FAILED, EXIT_USAGE
-from webhook.config import Settings, SettingsError, load_settings
+from webhook.config import Settings, load_settings
+from webhook.errors import SettingsError
 from webhook.guard import check, pss
 from webhook.inject.workloads import WORKLOAD_KINDS, pod_templates
 

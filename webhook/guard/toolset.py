@@ -39,11 +39,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from webhook import constants
-from webhook.config import Profile, Settings
+from webhook.config import Settings
 from webhook.guard.pss import ContainerRef, Violation, quote, shown
 from webhook.inject.attach import build_attach_container, env_value, is_attached
 from webhook.inject.shape import type_name_with_article
 from webhook.inject.sidecar import InjectionPlan, app_containers, build_sidecar
+from webhook.inject.status import read_status
+from webhook.profiles import Profile
 
 SERVICE_ACCOUNT_MOUNT: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"
@@ -386,25 +388,18 @@ def _app_spec(pod: Any) -> dict[str, Any]:
 
 
 def _status_claim(pod: Any) -> tuple[bool, str, str, str]:
-    """(the annotation is there, its problem, the container it names, its profile)."""
-    import json
-
-    metadata = _mapping(_mapping(pod).get("metadata"))
-    raw = _mapping(metadata.get("annotations")).get(constants.ANNOTATION_STATUS)
-    if raw is None:
+    """(the annotation is there, why it is not sidecar-debug's status, the container it names,
+    its profile); a standby status names no container."""
+    reading = read_status(_mapping(pod))
+    if not reading.present:
         return False, "", "", ""
-    try:
-        status = json.loads(raw) if isinstance(raw, str) else None
-    except (ValueError, RecursionError):
-        status = None
-    if not isinstance(status, dict):
-        return True, "it is not sidecar-debug's status (a JSON object)", "", ""
-    if status.get("mode") == constants.MODE_STANDBY:
+    if reading.status is None:
+        return True, f"it is not sidecar-debug's status ({reading.problem})", "", ""
+    if reading.status.standby:
         return True, "", "", ""
-    container, profile = status.get("container"), status.get("profile")
-    if not isinstance(container, str) or not container or not isinstance(profile, str):
-        return True, "it names no container and profile", "", ""
-    return True, "", container, profile
+    if not reading.status.profile:
+        return True, "it names no profile", "", ""
+    return True, "", reading.status.container, reading.status.profile
 
 
 def verify_toolsets(

@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from webhook.guard import pss
-
-if TYPE_CHECKING:
-    from webhook.config import Profile
 
 # The capabilities baseline lets a container add (the ephemeral-container gate reads them).
 BASELINE_CAPABILITIES = pss.BASELINE_CAPABILITIES
@@ -127,11 +124,12 @@ def privilege_reasons(
     return reasons(pss.check_pod(sidecar_pod(security_context, host_paths), "baseline"))
 
 
-def pod_security_violations(profile: Profile, level: str) -> list[str]:
-    """What in the profile's sidecar a Pod Security `level` namespace would reject (nothing
-    for `privileged`, an unknown or empty level)."""
+def pod_security_violations(
+    security_context: Mapping[str, Any], host_paths: Sequence[str], level: str
+) -> list[str]:
+    """What in a toolset with this securityContext and these hostPath mounts a Pod Security
+    `level` namespace would reject (nothing for `privileged`, an unknown or empty level)."""
     chosen = next((known for known in pss.LEVELS if known == level), None)
     if chosen is None:
         return []
-    pod = sidecar_pod(profile.security_context, [h.path for h in profile.host_paths])
-    return list(reasons(pss.check_pod(pod, chosen)))
+    return list(reasons(pss.check_pod(sidecar_pod(security_context, host_paths), chosen)))

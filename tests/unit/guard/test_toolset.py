@@ -280,7 +280,7 @@ def test_the_forged_pod_of_the_issue_is_two_violations() -> None:
     [
         ("not json", "not sidecar-debug's status"),
         ('["full"]', "not sidecar-debug's status"),
-        ('{"profile": "full"}', "names no container"),
+        ('{"profile": "full"}', 'names no "container"'),
         ('{"profile": "full", "container": "app"}', 'claims container "app"'),
         ('{"profile": "lttng", "container": "debug-toolset"}', 'claims profile "lttng"'),
     ],

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from tests.unit.core_helpers import default_settings
-from webhook.config import parse_profile_set
 from webhook.guard import check, pss
 from webhook.policy.privilege import pod_security_violations, privilege_reasons, sidecar_pod
+from webhook.profiles import parse_profile_set
 
 
 @pytest.mark.parametrize(
@@ -88,10 +88,13 @@ def test_the_rule_is_the_guards_exemption() -> None:
 
 def test_a_namespace_level_check_names_what_that_level_refuses() -> None:
     profiles = default_settings().profiles
-    assert pod_security_violations(profiles["lttng"], "restricted") == [
+    lttng, full = profiles["lttng"], profiles["full"]
+    assert pod_security_violations(lttng.security_context, [], "restricted") == [
         "seccomp", "runAsNonRoot not true", "runs as root"]
-    assert pod_security_violations(profiles["full"], "privileged") == []
-    assert pod_security_violations(profiles["full"], "") == []
+    assert pod_security_violations(full.security_context, ["/usr/src"], "privileged") == []
+    assert pod_security_violations(full.security_context, ["/usr/src"], "") == []
+    assert pod_security_violations(full.security_context, ["/usr/src"], "baseline") == [
+        "privileged container", "hostPath /usr/src"]
 
 
 def test_an_unprivileged_profile_in_a_restricted_namespace_is_exempt_once_verified() -> None:
