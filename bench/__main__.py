@@ -14,11 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench import guard, handler, loadgen, report, scaling, servers, stub_api
+from bench import guard_core, handler, loadgen, report, scaling, servers, stub_api
 from bench.servers import ServerSpec
 from webhook.config import Settings
 
-SECTIONS = ("handler", "workers", "slow-clients", "scaling", "guard", "memory", "e2e", "render")
+SECTIONS = ("handler", "guard", "workers", "slow-clients", "scaling", "guard-core", "memory",
+            "e2e", "render")
 WORKER_CONFIGS = (
     "sync:2,gthread:2x4,balanced:1x4,balanced:2x1,balanced:2x2,balanced:2x4,balanced:2x8,"
     "balanced:3x4,balanced:4x2"
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         raise SystemExit(f"unknown section(s) {sorted(unknown)}; known: {', '.join(SECTIONS)}")
-    served = {"handler", "workers", "slow-clients", "memory"} & set(sections)
+    served = {"handler", "guard", "workers", "slow-clients", "memory"} & set(sections)
     if served and not loadgen.wrk_available():
         raise SystemExit("wrk is missing: apt-get install wrk (scripts/setup.sh does)")
     if args.no_cluster and "e2e" in sections:
@@ -141,6 +142,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 cert, key, workdir, spec, shapes=shapes, concurrencies=concurrencies,
                 seconds=args.seconds, rounds=args.handler_rounds, log=_log)
             save()
+        if "guard" in sections:
+            results["guard"] = handler.guard_cost(
+                cert, key, workdir, spec, shapes=shapes, concurrencies=concurrencies,
+                seconds=args.seconds, rounds=args.handler_rounds, log=_log)
+            save()
         if "workers" in sections:
             results["workers"] = handler.worker_choice(
                 cert, key, workdir, served_configs(args.worker_configs, env), shape="typical",
@@ -158,8 +164,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             results["scaling"] = scaling.scaling(budget_s=0.1 if args.quick else 1.0)
             _log(f"scaling fit: {results['scaling']['fit']}")
             save()
-        if "guard" in sections:
-            results["guard"] = guard.guard_cost(budget_s=0.1 if args.quick else 1.0)
+        if "guard-core" in sections:
+            results["guard_core"] = guard_core.guard_cost(budget_s=0.1 if args.quick else 1.0)
             save()
         if "memory" in sections:
             results["memory"] = handler.memory(

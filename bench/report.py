@@ -77,6 +77,15 @@ def targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
                                 2000 / cpu >= MIN_RPS,
                                 f"{2000 / cpu:.0f} reviews/s ({cpu:.2f} ms CPU per review)",
                                 f">= {MIN_RPS:.0f}/s"))
+    guard = results.get("guard")
+    typical_guard = next((c for c in (guard or {}).get("comparisons", [])
+                          if c["shape"] == "typical" and c["concurrency"] == 8), None)
+    if typical_guard:
+        rows.append(_target(
+            "guard p99 vs null handler, typical injected pod, concurrency 8",
+            typical_guard["p99_delta_ms"] <= P99_BUDGET_MS,
+            f"{typical_guard['p99_delta_ms']:+.2f} ms ({typical_guard['webhook_p99_ms']:.2f} vs "
+            f"{typical_guard['null_p99_ms']:.2f} ms)", f"<= +{P99_BUDGET_MS} ms"))
     scaling = results.get("scaling")
     if scaling:
         fit = scaling["fit"]
@@ -88,12 +97,12 @@ def targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
             f"calls R^2 {r2}, time R^2 {fit['r2']}, {fit['ms_per_container']:.3f} ms/container, "
             f"{scaling['ms_at_max']:.2f} ms at {scaling['max_containers']}",
             f"R^2 >= {MIN_R2}, <= {MAX_MS_AT_50} ms at 50"))
-    guard = results.get("guard")
-    if guard:
-        for row in guard["rows"]:
+    guard_core = results.get("guard_core")
+    if guard_core:
+        for row in guard_core["rows"]:
             if row["level"] == "baseline":
                 rows.append(_target(
-                    f"guard CPU per pod, {row['shape']} ({row['containers']} containers), "
+                    f"guard core CPU per pod, {row['shape']} ({row['containers']} containers), "
                     "toolset verified",
                     row["ms"] <= MAX_GUARD_MS[row["shape"]] and row["toolset_verified"],
                     f"{row['ms']:.3f} ms ({row['python_calls']} Python calls)",
@@ -163,6 +172,18 @@ def render(results: Mapping[str, Any]) -> str:
               f"{c.get('null_flask_rps') or 0:.0f}", c.get("null_flask_cpu_ms"),
               flask_cost_ms(c)]
              for c in handler["comparisons"]]))
+    guard = results.get("guard")
+    if guard:
+        out.append(f"\n1b. The guard (/validate-pods) on the injected pod, over TLS on loopback "
+                   f"({guard['server']}, wrk, {guard['seconds_per_point']} s per point)")
+        out.append(_table(
+            ["pod", "conc", "guard/s", "null/s", "ratio", "p50 ms", "null p50", "p99 ms",
+             "null p99", "p99 +ms", "cpu ms", "null cpu"],
+            [[c["shape"], c["concurrency"], f"{c['webhook_rps']:.0f}", f"{c['null_rps']:.0f}",
+              c["rps_ratio"], f"{c['webhook_p50_ms']:.2f}", f"{c['null_p50_ms']:.2f}",
+              f"{c['webhook_p99_ms']:.2f}", f"{c['null_p99_ms']:.2f}",
+              f"{c['p99_delta_ms']:+.2f}", c.get("webhook_cpu_ms"), c.get("null_cpu_ms")]
+             for c in guard["comparisons"]]))
     workers = results.get("workers")
     if workers:
         out.append("\nWorker class and count (webhook, typical pod; median of the rounds)")
@@ -199,15 +220,15 @@ def render(results: Mapping[str, Any]) -> str:
         if calls:
             out.append(f"calls: {calls['intercept']:.0f} + {calls['per_container']:.1f} x "
                        f"containers, R^2 {calls['r2']} (load-independent)")
-    guard = results.get("guard")
-    if guard:
-        out.append("\nGuard: CPU time of the pure decision per pod, in process (injected pod, "
-                   "toolset verified, grant answered at once)")
+    guard_core = results.get("guard_core")
+    if guard_core:
+        out.append("\nGuard core: CPU time of the pure decision per pod, in process (injected "
+                   "pod, toolset verified, grant answered at once)")
         out.append(_table(["pod", "level", "containers", "volumes", "CPU ms", "median ms",
                            "Python calls", "violations"],
                           [[r["shape"], r["level"], r["containers"], r["volumes"],
                             f"{r['ms']:.3f}", f"{r['median_ms']:.3f}", r["python_calls"],
-                            r["violations"]] for r in guard["rows"]]))
+                            r["violations"]] for r in guard_core["rows"]]))
     memory = results.get("memory")
     if memory:
         out.append(f"\n3. Memory per worker (VmRSS KiB, {memory['server']}, "

@@ -1,8 +1,8 @@
-"""Section "guard": CPU time of the guard's pure decision (webhook.guard.check.evaluate) per pod,
-in process: the typical and the large pod the other sections send, as the webhook injected them
-(profile full, so the toolset is verified by rebuilding it and its grant is asked), at both
-levels. The HTTP cost around it (/validate-pods over the null handler) is the handler section's
-business once the route exists; this is what the guard adds to each review's CPU."""
+"""Section "guard-core": CPU time of the guard's pure decision (webhook.guard.check.evaluate) per
+pod, in process: the typical and the large pod the other sections send, as the webhook injected
+them (profile full, so the toolset is verified by rebuilding it and its grant is asked), at both
+levels. The section "guard" (bench/handler.py) measures the served route around it,
+/validate-pods against the null handler."""
 
 from __future__ import annotations
 
