@@ -11,14 +11,17 @@ toolset is then reported, not refused. Documents are read as `inject` reads them
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from typing import Any, TextIO
 
+import yaml
+
 from webhook import manifest_yaml
 from webhook.commands.errors import EXIT_FAILED, EXIT_USAGE
-from webhook.config import Settings, load_settings
-from webhook.errors import SettingsError
+from webhook.commands.inject import offline_settings, read_input
+from webhook.config import Settings
 from webhook.guard import check, pss
 from webhook.inject.workloads import WORKLOAD_KINDS, pod_templates
 
@@ -75,35 +78,30 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     return EXIT_USAGE
 
 
-def field_line(tree: Any, path: str) -> int:
-    """The 0-based line, in the document, of the deepest node of `path` it has (a missing
-    field is reported at its parent)."""
-    node = tree
-    line = 0
-    lc = getattr(node, "lc", None)
-    if lc is not None and lc.line is not None:
-        line = lc.line
+def field_line(root: Any, path: str) -> int:
+    """The 0-based line, in the document, of the deepest node of `path` that `root` (the
+    document's libyaml node tree) has: a missing field is reported at its parent."""
+    if root is None:
+        return 0
+    node = root
+    line = int(node.start_mark.line)
     for match in _TOKEN.finditer(path):
         name, index, quoted = match.groups()
-        key: Any = int(index) if index is not None else name
-        if quoted is not None:
-            import json
-
-            key = json.loads(quoted)
-        position: Any = None
-        lc = getattr(node, "lc", None)
-        try:
-            if isinstance(node, dict) and key in node:
-                position = lc.key(key) if lc is not None else None
-            elif isinstance(node, list) and isinstance(key, int) and key < len(node):
-                position = lc.item(key) if lc is not None else None
-            else:
+        if isinstance(node, yaml.MappingNode):
+            key = json.loads(quoted) if quoted is not None else name
+            found = next((pair for pair in node.value if pair[0].value == key), None)
+            if found is None:
                 break
-        except (KeyError, IndexError, TypeError):
+            line, node = int(found[0].start_mark.line), found[1]
+        elif (
+            isinstance(node, yaml.SequenceNode)
+            and index is not None
+            and int(index) < len(node.value)
+        ):
+            node = node.value[int(index)]
+            line = int(node.start_mark.line)
+        else:
             break
-        if position is not None:
-            line = position[0]
-        node = node[key]
     return line
 
 
@@ -128,14 +126,18 @@ def check_bytes(
             text = manifest_yaml.decode(chunk)
             if manifest_yaml.scan(text, chunk) not in WORKLOAD_KINDS:
                 continue
-            document = manifest_yaml.load(text, chunk)
+            prefix, body, _ = manifest_yaml.parts(text)
+            plain = manifest_yaml.fast_load(body)
+            if plain is None:  # libyaml's constructors cannot: the round trip reads it
+                plain = manifest_yaml.to_plain(manifest_yaml.load(text, chunk).tree)
         except manifest_yaml.Problem as problem:
             unreadable += 1
             print(f"sidecar-debug: {where.format(line=problem.line)}: {problem.message}", file=err)
             continue
-        base = chunk.input_line(document.prefix.count("\n"))
-        for found in pod_templates(manifest_yaml.to_plain(document.tree)):
-            at = where.format(line=base + field_line(document.tree, found.path.rstrip(".")))
+        root = manifest_yaml.compose(body)  # line numbers, from libyaml's nodes
+        base = chunk.input_line(prefix.count("\n"))
+        for found in pod_templates(plain):
+            at = where.format(line=base + field_line(root, found.path.rstrip(".")))
             if found.pod is None:
                 unreadable += 1
                 print(f"sidecar-debug: {at}, {found.what}: {found.problem}", file=err)
@@ -144,7 +146,7 @@ def check_bytes(
             result = check.evaluate(found.pod, settings, level, None)
             for violation in result.violations:
                 path = found.path + violation.field
-                line = base + field_line(document.tree, path)
+                line = base + field_line(root, path)
                 print(
                     f"{where.format(line=line)}, {found.what}: {path}: {violation.reason}: "
                     f"{violation.message}",
@@ -168,19 +170,9 @@ def check_bytes(
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        settings = load_settings(args.config, overrides={"toolset_image": args.toolset_image})
-    except SettingsError as exc:
-        print(f"sidecar-debug: invalid settings: {exc}", file=sys.stderr)
+    settings = offline_settings(args)
+    found = read_input(args.filename) if settings is not None else None
+    if settings is None or found is None:
         return EXIT_USAGE
-    name = "<stdin>" if args.filename == "-" else args.filename
-    try:
-        if args.filename == "-":
-            data = sys.stdin.buffer.read()
-        else:
-            with open(args.filename, "rb") as handle:
-                data = handle.read()
-    except OSError as exc:
-        print(f"sidecar-debug: cannot read {args.filename}: {exc.strerror}", file=sys.stderr)
-        return EXIT_USAGE
+    name, data = found
     return check_bytes(data, name, settings, args.level, sys.stdout, sys.stderr)

@@ -47,14 +47,19 @@ from webhook.config import Settings
 from webhook.guard.pss import ContainerRef, Violation, quote, shown
 from webhook.inject.attach import build_attach_container, env_value, is_attached
 from webhook.inject.shape import type_name_with_article
-from webhook.inject.sidecar import InjectionPlan, app_containers, build_sidecar, results_env
+from webhook.inject.sidecar import (
+    SESSION_FACTS,
+    InjectionPlan,
+    app_containers,
+    build_sidecar,
+    results_env,
+)
 from webhook.inject.status import read_status
 from webhook.profiles import Profile
 
 SERVICE_ACCOUNT_MOUNT: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"
 PROBE_DEFAULTS: Final = {"timeoutSeconds": 1, "successThreshold": 1}
-FACTS: Final = (constants.ENV_GRANT, constants.ENV_SESSION_STARTED, constants.ENV_SESSION_DEADLINE)
 _RFC3339_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _GRANT_MAX = 512
@@ -153,7 +158,7 @@ def _env_problem(actual: Any, expected: list[dict[str, Any]]) -> str | None:
     seen: set[str] = set()
     for item in actual:
         name = item.get("name") if isinstance(item, Mapping) else None
-        if name in FACTS:
+        if name in SESSION_FACTS:
             if name in seen:
                 return f"env {name} is set twice"
             seen.add(str(name))
