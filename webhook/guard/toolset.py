@@ -203,23 +203,38 @@ def _security_problem(actual: Any, expected: Any) -> str | None:
     return f"its securityContext differs from the profile's ({', '.join(differing[:4])})"
 
 
-def _results_token_problem(mount: Mapping[str, Any], volume: Mapping[str, Any],
-                           settings: Settings) -> str | None:
+def _results_token_problem(
+    mount: Mapping[str, Any], volume: Mapping[str, Any], settings: Settings
+) -> str | None:
     """Why a mount at the results token directory is not the one the webhook adds."""
-    wanted = [{"serviceAccountToken": {"audience": settings.results_audience,
-                                       "expirationSeconds": settings.results_token_seconds,
-                                       "path": constants.RESULTS_TOKEN_FILE}}]
+    wanted = [
+        {
+            "serviceAccountToken": {
+                "audience": settings.results_audience,
+                "expirationSeconds": settings.results_token_seconds,
+                "path": constants.RESULTS_TOKEN_FILE,
+            }
+        }
+    ]
     projected = _mapping(volume.get("projected"))
-    if not settings.results_url or mount.get("readOnly") is not True or \
-            set(volume) - {"name", "projected"} or \
-            set(projected) - {"sources", "defaultMode"} or projected.get("sources") != wanted:
+    if (
+        not settings.results_url
+        or mount.get("readOnly") is not True
+        or set(volume) - {"name", "projected"}
+        or set(projected) - {"sources", "defaultMode"}
+        or projected.get("sources") != wanted
+    ):
         return f"its mount at {constants.RESULTS_TOKEN_DIR} is not the results token"
     return None
 
 
 def _results_ca_problem(value: Any) -> str | None:
-    if not isinstance(value, str) or len(value) > 65536 or \
-            "-----BEGIN CERTIFICATE-----" not in value or not value.isascii():
+    if (
+        not isinstance(value, str)
+        or len(value) > 65536
+        or "-----BEGIN CERTIFICATE-----" not in value
+        or not value.isascii()
+    ):
         return f"its {constants.ENV_RESULTS_CA} is not a PEM certificate bundle"
     return None
 
@@ -266,8 +281,7 @@ def _mounts(
         problem = _results_token_problem(token, _mapping(volumes.get(str(name))), settings)
         if problem:
             return [], (), problem
-        expected.append({"name": name, "mountPath": constants.RESULTS_TOKEN_DIR,
-                         "readOnly": True})
+        expected.append({"name": name, "mountPath": constants.RESULTS_TOKEN_DIR, "readOnly": True})
     by_path.pop(SERVICE_ACCOUNT_MOUNT, None)  # checked by _compare
     if by_path:
         return [], (), f"it mounts {', '.join(sorted(by_path)[:3])}, which the profile does not"
