@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.render.pagedata import drawn
 from webhook.render import Profile, named_share, render
 from webhook.render.page import page_data, script_json
 from webhook.results import folded
@@ -134,7 +135,6 @@ def test_differential_data_carries_both_counts_normalised() -> None:
     before = folded.parse("a;b 10\n")
     after = folded.parse("a;b 5\na;c 15\n")
     data = page_data(Profile(after, base=before))
-    pairs = {tuple(data["names"][i] for i in stack): (b, a) for stack, b, a in
-             zip(data["stacks"], data["before"], data["counts"], strict=True)}
-    assert pairs == {("a", "b"): (20, 5), ("a", "c"): (0, 15)}
+    assert drawn(data, "before") == {("a", "b"): 20, ("a", "c"): 0}
+    assert drawn(data) == {("a", "b"): 5, ("a", "c"): 15}
     assert data["differential"] is True
