@@ -178,10 +178,13 @@ def test_every_api_call_goes_through_the_kube_client() -> None:
         r"|\bimport (urllib3|requests|http\.client)\b|\bfrom (urllib3|requests|http\.client)\b"
         r"|urllib\.request|PoolManager\("
     )
+    # `results open` speaks HTTP to the results service, through a port-forward socket that
+    # the kube client opened: not to the apiserver.
+    elsewhere = {root / "kube" / "client.py", root / "results" / "opener.py"}
     offenders = [
         f"{path.relative_to(root.parent)}:{number}: {line.strip()}"
         for path in sorted(root.rglob("*.py"))
-        if path != root / "kube" / "client.py"
+        if path not in elsewhere
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if pattern.search(line) and not line.lstrip().startswith("#")
     ]
