@@ -48,6 +48,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_NO_TOOLSET = 5  # the pod has no (trustworthy) toolset container
 EXIT_API = 6  # the Kubernetes API refused or failed
+READ_LIMIT = 1 << 20  # a file fetch() returns (a summary, trigger.json): small, held in memory
 
 REMOTE_BASE = "/tmp/sidecar-debug"  # noqa: S108 - in the pod, under its emptyDir
 # Kubernetes minor versions: the ephemeralcontainers subresource takes the Pod from 1.22 (an
@@ -248,6 +249,8 @@ class Session:
                 for name in read:
                     if not arrived[name].is_file():
                         raise copyback.CopyError(f"{name!r} is not a file")
+                    if arrived[name].stat().st_size > READ_LIMIT:
+                        raise copyback.CopyError(f"{name!r} is larger than {READ_LIMIT} bytes")
                     contents[name] = arrived[name].read_bytes()
                 unwritten = ""
                 copyback.place(
@@ -412,7 +415,7 @@ def flamegraph(session: Session, *, seconds: float, frequency: int, pid: int | N
                              read=["summary.txt"], force=force, container=container)
     if not keep_remote:
         session.remove_remote(out, container=container)
-    sys.stdout.write(contents["summary.txt"].decode(errors="replace"))
+    sys.stdout.write(copyback.terminal_text(contents["summary.txt"]))
     sys.stdout.write(f"flame graph:   {target}\nfolded stacks: {folded}\n")
     return EXIT_OK
 
@@ -438,8 +441,8 @@ def trace(session: Session, *, seconds: float, events: str, domains: Sequence[st
         session.remove_remote(out, container=container)
     text = destinations["trace.txt"]
     lines = text.read_text(errors="replace").splitlines()
-    for line in lines[:20]:
-        sys.stdout.write(line + "\n")
+    for line in lines[:20]:  # the app's events: its text, escape sequences included
+        sys.stdout.write(copyback.terminal_text(line.encode(), 4096).rstrip("\n") + "\n")
     sys.stdout.write(f"{len(lines)} events; text: {text}; CTF trace: {destinations['trace']}\n")
     return EXIT_OK
 
