@@ -102,6 +102,12 @@ def run(args: argparse.Namespace) -> int:
     # with one line and exit 2 through webhook.commands.errors.
     settings = load_settings(args.config, overrides={"policy_path": args.policy})
     logs.configure(args.log_level or settings.log_level)
+    if args.results_dir is not None:  # it stores runs: export them as results.export says
+        # (ExportSettingsError: one line, exit 2, before any cluster access)
+        from webhook.controller import metrics
+        from webhook.results import export
+
+        export.install(export.Exporters.from_environ(os.environ, registry=metrics.REGISTRY))
     gate = load_policy_engine(settings, KubernetesClusterAPI(args.kubeconfig, args.context))
     identity = args.identity or (
         f"{os.environ.get('POD_NAME') or socket.gethostname()}_{secrets.token_hex(4)}")

@@ -21,6 +21,7 @@ MAX_LINE = 1 << 20  # a stack of a megabyte is not a stack
 MAX_DEPTH = 4096  # frames in one stack (perf and bpftrace stop at 127 by default)
 MAX_COUNT = (1 << 53) - 1  # samples: exact in JSON and the page's JavaScript numbers
 _COUNT = re.compile(r"[0-9]+")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class FoldedError(ValueError):
@@ -60,6 +61,8 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
             continue
         if len(line) > MAX_LINE:
             raise FoldedError(f"line {number}: longer than {MAX_LINE} characters")
+        if _SURROGATE.search(line):  # JSON's "\ud800" decodes to one; UTF-8 cannot store it
+            raise FoldedError(f"line {number}: a lone surrogate (U+D800 to U+DFFF) is not text")
         yield number, line
 
 

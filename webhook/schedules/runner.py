@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 from webhook import constants
 from webhook.policy.model import parse_duration
-from webhook.results import folded
+from webhook.results import export, folded
 from webhook.results.store import Store, StoreError
 from webhook.schedules.spec import Schedule, ScheduleError, parse
 
@@ -364,6 +364,9 @@ def record(cluster: Cluster, store: Store, schedule: Schedule, namespace: str, p
                                "due": fired.isoformat(), "container": profile.container,
                                "trigger": "schedule", "summary": profile.summary})
         log.info("schedule %s: stored %s (%d samples)", schedule.key, run.id, run.samples)
+        exporters = export.installed()
+        if exporters:
+            exporters.export(run)
     except (ProfileError, StoreError, OSError) as error:
         log.error("schedule %s: %s/%s: %s", schedule.key, namespace, pod, error)
     finally:

@@ -62,6 +62,7 @@ and serves `sidecar-debug results serve` on results.page.port (templates/results
   emptyDir:
     sizeLimit: {{ $r.persistence.size | quote }}
   {{- end }}
+{{- include "sidecar-debug.export.volumes" . }}
 {{- end }}
 {{- end -}}
 {{- define "sidecar-debug.controller.resultsEnv" -}}
@@ -71,5 +72,6 @@ and serves `sidecar-debug results serve` on results.page.port (templates/results
   value: {{ $r.retention.count | quote }}
 - name: SIDECAR_DEBUG_RESULTS_MAX_AGE
   value: {{ $r.retention.maxAge | quote }}
+{{- include "sidecar-debug.export.env" . }}
 {{- end }}
 {{- end -}}
