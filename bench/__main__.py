@@ -1,5 +1,6 @@
 """`python -m bench` (`make bench`): handler cost, scaling, memory and pod creation on the real
-apiserver; prints a table and writes bench/results/<name>-<time>.json. docs/performance.md
+apiserver, and the flame graph renderer's speed; prints a table and writes
+bench/results/<name>-<time>.json. docs/performance.md
 explains every number and the commands that reproduce them."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from bench import handler, loadgen, report, scaling, servers, stub_api
 from bench.servers import ServerSpec
 from webhook.config import Settings
 
-SECTIONS = ("handler", "workers", "slow-clients", "scaling", "memory", "e2e")
+SECTIONS = ("handler", "workers", "slow-clients", "scaling", "memory", "e2e", "render")
 WORKER_CONFIGS = (
     "sync:2,gthread:2x4,balanced:1x4,balanced:2x1,balanced:2x2,balanced:2x4,balanced:2x8,"
     "balanced:3x4,balanced:4x2"
@@ -73,6 +74,8 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pods", type=int, default=300, help="pod creations per namespace")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of creations")
     parser.add_argument("--e2e-modes", default="null,fixed-patch,webhook,rbac-cached,rbac-cold")
+    parser.add_argument("--render-stacks", type=int, default=50_000,
+                        help="render section: distinct stacks of the synthetic profile")
     parser.add_argument("--no-cluster", action="store_true",
                         help="skip the e2e section (the only one that needs Kubernetes)")
     parser.add_argument("--reuse-cluster", action="store_true",
@@ -89,6 +92,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         args.worker_configs = "sync:2,gthread:2x4"
         args.worker_rounds, args.worker_seconds = 1, 0
         args.slow_configs = "balanced:2x4"
+        args.render_stacks = min(args.render_stacks, 5000)
     return args
 
 
@@ -166,6 +170,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 cluster, workdir, modes=[m.strip() for m in args.e2e_modes.split(",")],
                 pods_per_run=args.pods, rounds=args.rounds, workers=args.workers,
                 threads=args.threads, log=_log)
+        if "render" in sections:
+            from bench import render
+
+            _log(f"render: {args.render_stacks} stacks")
+            results["render"] = render.render_speed(args.render_stacks,
+                                                    rounds=1 if args.quick else 5)
+            save()
         results["meta"]["stub_api_calls"] = stub_api.calls()
     results["json"] = str(save())
     return results

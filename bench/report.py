@@ -19,6 +19,7 @@ MAX_GROWTH_KIB = 1024  # per worker, after warm-up, over the whole run
 MAX_CREATE_RATIO = 1.15
 MIN_R2 = 0.95
 MAX_MS_AT_50 = 10.0
+MAX_RENDER_MS = 1000.0  # issue 18: a 50k-stack profile to its HTML page, well under a second
 
 
 def metadata() -> dict[str, Any]:
@@ -101,6 +102,13 @@ def targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
                 f"{data['p50_ratio']}x p50 ({data['with_webhook']['p50_ms']:.2f} vs "
                 f"{data['without_webhook']['p50_ms']:.2f} ms), {data['p99_ratio']}x p99",
                 f"<= {MAX_CREATE_RATIO}x" if mode == "webhook" else "(reported)"))
+    speed = results.get("render")
+    if speed:
+        rows.append(_target(
+            f"flame graph page of {speed['stacks']} stacks (folded text -> HTML, CPU)",
+            speed["render_cpu_ms"] < MAX_RENDER_MS,
+            f"{speed['render_cpu_ms']:.0f} ms render + {speed['parse_cpu_ms']:.0f} ms parse",
+            f"render < {MAX_RENDER_MS:.0f} ms"))
     return rows
 
 
@@ -200,6 +208,15 @@ def render(results: Mapping[str, Any]) -> str:
               f"{d['without_webhook']['p50_ms']:.2f}", f"{d['without_webhook']['p99_ms']:.2f}",
               d["p50_ratio"], d["p99_ratio"], d["injected"]]
              for mode, d in e2e["modes"].items()]))
+    speed = results.get("render")
+    if speed:
+        out.append(f"\n6. Flame graph renderer: {speed['stacks']} stacks, {speed['frames']} "
+                   f"frames, {speed['folded_mb']} MB folded -> {speed['page_mb']} MB page")
+        out.append(_table(
+            ["parse ms", "render ms", "wall: parse+render ms", "browser: to drawn ms",
+             "frames drawn"],
+            [[speed["parse_cpu_ms"], speed["render_cpu_ms"], speed["total_ms"],
+              speed.get("browser_draw_ms", "-"), speed.get("frames_drawn", "-")]]))
     rows = results.get("targets") or []
     if rows:
         out.append("\nTargets")

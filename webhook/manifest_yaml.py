@@ -241,19 +241,49 @@ def _key_identity(event: Any) -> tuple[str, str]:
     return event.tag or STR_TAG, event.value
 
 
+# How many nodes YAML aliases may add to a document beyond its own: a Pod that reuses an env
+# list or a probe through anchors stays far below; a "billion laughs" (a few hundred bytes that
+# expand to 10^9 nodes) is refused before anything walks it. kubectl refuses such documents too
+# ("excessive aliasing").
+ALIAS_NODE_BUDGET = 10_000
+
+
+def _aliases_problem(line: int, anchor: str, recursive: bool) -> Problem:
+    if recursive:
+        return Problem(
+            line,
+            f"the YAML alias *{anchor} refers to the node that contains it: recursive data "
+            "cannot be a Kubernetes object; write the document without that alias",
+        )
+    return Problem(
+        line,
+        f"YAML aliases (here *{anchor}) expand this document by more than {ALIAS_NODE_BUDGET} "
+        "nodes (a \"billion laughs\"?); refused, as kubectl refuses excessive aliasing: write "
+        "the document without anchors and aliases",
+    )
+
+
 def scan(text: str, chunk: Chunk) -> str | None:
-    """The document's top-level `kind` (None when it has none); Problem on a syntax error or a
-    duplicate key, with the input's line. Builds no Python objects."""
-    # Each open collection: [is a mapping, expecting a key next, {key: its line}].
+    """The document's top-level `kind` (None when it has none); Problem on a syntax error, a
+    duplicate key, or aliases that expand it beyond ALIAS_NODE_BUDGET, with the input's line.
+    Builds no Python objects: its time is linear in the text, whatever the aliases expand to."""
+    # Each open collection: [is a mapping, expecting a key next, {key: its line}, nodes in it
+    # (aliases expanded), its anchor].
     stack: list[list[Any]] = []
     kind: str | None = None
     last_key: str | None = None
+    sizes: dict[str, int] = {}  # anchor -> nodes of the anchored node, aliases expanded
+    own = added = 0  # nodes written in the document; nodes aliases add to it
     try:
         event: Any
         for event in yaml.parse(text, Loader=_FastLoader):
             cls = event.__class__
             if cls is yaml.MappingEndEvent or cls is yaml.SequenceEndEvent:
-                stack.pop()
+                closed = stack.pop()
+                if stack:
+                    stack[-1][3] += closed[3]
+                if closed[4] is not None:
+                    sizes[closed[4]] = closed[3]
                 continue
             if cls not in (
                 yaml.ScalarEvent,
@@ -262,6 +292,21 @@ def scan(text: str, chunk: Chunk) -> str | None:
                 yaml.AliasEvent,
             ):
                 continue
+            if cls is yaml.AliasEvent:
+                line = chunk.input_line(event.start_mark.line)
+                if any(entry[4] == event.anchor for entry in stack):
+                    raise _aliases_problem(line, event.anchor, recursive=True)
+                nodes = sizes.get(event.anchor, 1)
+                added += nodes
+                if added > ALIAS_NODE_BUDGET + own:
+                    raise _aliases_problem(line, event.anchor, recursive=False)
+            else:
+                own += 1
+                nodes = 1
+                if cls is yaml.ScalarEvent and event.anchor is not None:
+                    sizes[event.anchor] = 1
+            if stack and cls is not yaml.MappingStartEvent and cls is not yaml.SequenceStartEvent:
+                stack[-1][3] += nodes
             if stack and stack[-1][0]:
                 parent = stack[-1]
                 if parent[1]:  # a key
@@ -290,9 +335,9 @@ def scan(text: str, chunk: Chunk) -> str | None:
                     if len(stack) == 1 and last_key == "kind" and cls is yaml.ScalarEvent:
                         kind = event.value
             if cls is yaml.MappingStartEvent:
-                stack.append([True, True, {}])
+                stack.append([True, True, {}, 1, event.anchor])
             elif cls is yaml.SequenceStartEvent:
-                stack.append([False, False, None])
+                stack.append([False, False, None, 1, event.anchor])
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         if exc.context_mark is not None and (mark is None or mark.index >= len(text.rstrip())):

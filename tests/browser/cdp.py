@@ -95,6 +95,26 @@ class Browser:
             raise RuntimeError(f"{expression}: {result['exceptionDetails']}")
         return result["result"].get("value")
 
+    def add_init_script(self, source: str) -> None:
+        """Run `source` in every page before the page's own scripts (outside its CSP)."""
+        self.call("Page.addScriptToEvaluateOnNewDocument", source=source)
+
+    def allow_downloads(self, directory: Path) -> None:
+        self.downloads = directory
+        self.call("Browser.setDownloadBehavior", behavior="allowAndName",
+                  downloadPath=str(directory), eventsEnabled=True)
+
+    def wait_download(self, timeout: float = 30) -> tuple[str, Path]:
+        """(suggested file name, saved path) of the next download, once it is complete."""
+        begun = self.wait_event("Browser.downloadWillBegin", timeout)["params"]
+        deadline = time.monotonic() + timeout
+        while True:
+            progress = self.wait_event("Browser.downloadProgress",
+                                       max(0.1, deadline - time.monotonic()))["params"]
+            if progress["guid"] == begun["guid"] and progress["state"] != "inProgress":
+                assert progress["state"] == "completed", progress
+                return begun["suggestedFilename"], self.downloads / begun["guid"]
+
     def console_errors(self) -> list[str]:
         return [json.dumps(e["params"]) for e in self.events
                 if e.get("method") == "Runtime.exceptionThrown"]

@@ -1,6 +1,7 @@
-"""The results page in headless chromium (DevTools protocol): it loads, lists the runs, a run's
-flame graph renders as SVG, search highlights the matching function, a click zooms, and the
-differential graph renders too. Skipped when chromium is not installed."""
+"""The results page in headless chromium (DevTools protocol): it loads, lists the runs, and its
+links open the renderer's pages (tests/browser/test_render_page.py drives their features): a
+run's flame graph under the page's own Content-Security-Policy header, and the differential
+graph from the form. Skipped when chromium is not installed."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from werkzeug.serving import make_server
 
 from tests.browser.cdp import Browser, chromium_path
+from tests.browser.flame import click, frames
 from webhook.results import folded
 from webhook.results.store import Store
 from webhook.results.web import create_app
@@ -52,39 +54,22 @@ def test_index_lists_the_runs(site: str, browser: Browser) -> None:
                     "shop/web-1/20261203T080000Z-perf", "shop/web-1/20261203T070000Z-perf"]
 
 
-def test_flame_graph_renders_searches_and_zooms(site: str, browser: Browser) -> None:
+def test_a_run_opens_as_the_renderers_flame_graph(site: str, browser: Browser) -> None:
     browser.open(site + "/")
     browser.evaluate("document.querySelectorAll('tr.run a.view')[2].click()")
     browser.wait_event("Page.loadEventFired")
     assert browser.evaluate("location.pathname") == "/runs/shop/web-1/20261203T070000Z-perf/"
-    assert browser.evaluate("document.querySelectorAll('#flame rect').length") == 7
-    labels = browser.evaluate("[...document.querySelectorAll('#flame text')]"
-                              ".map(t => t.textContent)")
-    assert "fibonacci" in labels
-    widths = browser.evaluate(
-        "Object.fromEntries([...document.querySelectorAll('#flame g')].map("
-        "g => [g.querySelector('title').textContent.split(':')[0],"
-        " +g.querySelector('rect').getAttribute('width')]))")
-    assert widths["fibonacci"] == pytest.approx(0.7 * widths["all"], rel=0.01)
-
-    browser.evaluate("const s = document.getElementById('search'); s.value = 'fibo';"
-                     "s.dispatchEvent(new Event('input'))")
-    highlighted = browser.evaluate("[...document.querySelectorAll('#flame g.match')]"
-                                   ".map(g => g.querySelector('title').textContent)")
-    assert highlighted == ["fibonacci: 70 samples (70.00 %)"]
-    assert browser.evaluate("getComputedStyle(document.querySelector('#flame g.match rect'))"
-                            ".fill") == "rgb(224, 64, 251)"
-    assert browser.evaluate("document.getElementById('matched').textContent") == (
-        "matched: 70.00 % of samples")
-
-    browser.evaluate("[...document.querySelectorAll('#flame g')].find(g => "
-                     "g.querySelector('title').textContent.startsWith('render'))"
-                     ".dispatchEvent(new MouseEvent('click', {bubbles: true}))")
-    assert browser.evaluate("document.getElementById('flame').dataset.focus") == "render"
-    zoomed = browser.evaluate("+[...document.querySelectorAll('#flame g')].find(g => "
-                              "g.querySelector('title').textContent.startsWith('render'))"
-                              ".querySelector('rect').getAttribute('width')")
-    assert zoomed == pytest.approx(widths["all"], rel=0.01)
+    assert browser.evaluate("document.title") == (
+        "shop/web-1/20261203T070000Z-perf - flame graph")
+    drawn = frames(browser)
+    assert drawn["fibonacci"]["width"] == pytest.approx(0.7 * drawn["all"]["width"], rel=0.01)
+    click(browser, "render")
+    assert browser.evaluate("document.getElementById('focus').textContent") == "zoomed into render"
+    assert browser.evaluate("document.getElementById('facts').textContent").startswith(
+        "pod: shop/web-1technique: perfstarted: 2026-12-03T07:00:00Zduration: 30 s")
+    browser.evaluate("document.querySelector('nav a').click()")
+    browser.wait_event("Page.loadEventFired")
+    assert browser.evaluate("location.pathname") == "/"
     assert browser.console_errors() == []
 
 
@@ -95,10 +80,7 @@ def test_differential_graph_renders(site: str, browser: Browser) -> None:
                      "document.getElementById('compare').click()")
     browser.wait_event("Page.loadEventFired")
     assert browser.evaluate("location.pathname") == "/diff"
-    fills = browser.evaluate(
-        "Object.fromEntries([...document.querySelectorAll('#flame g')].map("
-        "g => [g.querySelector('title').textContent.split(':')[0],"
-        " g.querySelector('rect').getAttribute('fill')]))")
-    assert fills["json"].startswith("rgb(255,")  # new in B: red
-    assert fills["fibonacci"].endswith(",255)")  # shrank: blue
+    drawn = frames(browser)
+    assert drawn["json"]["fill"].startswith("rgb(255,")  # new in B: red
+    assert drawn["fibonacci"]["fill"].endswith(",255)")  # shrank: blue
     assert browser.console_errors() == []

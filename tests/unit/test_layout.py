@@ -1,7 +1,8 @@
-"""Layering: the pure core (injection, the policy model and privilege rule, constants, settings)
-imports neither the Kubernetes client nor the server nor webhook.kube, not even lazily or through
-another module. Offline `inject` and the unit tests rely on that, and it keeps the core testable
-without a cluster."""
+"""Layering: the pure core (injection, the guard, the policy model and privilege rule, constants,
+settings, the flame graph renderer) imports neither the Kubernetes client nor the server (nor
+Flask) nor webhook.kube, not even lazily or through another module. Offline `inject`, `guard
+check`, `render` and the unit tests rely on that, and it keeps the core testable without a
+cluster."""
 
 from __future__ import annotations
 
@@ -11,15 +12,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# Every module of webhook/inject (a new one is covered without editing this list), plus these.
+# Every module of webhook/inject, webhook/guard and webhook/render (a new one is covered without
+# editing this list), plus these.
 PURE_CORE = (
     *sorted(f"webhook.inject.{p.stem}" for p in (ROOT / "webhook" / "inject").glob("*.py")),
+    *sorted(f"webhook.guard.{p.stem}" for p in (ROOT / "webhook" / "guard").glob("*.py")),
+    *sorted(f"webhook.render.{p.stem}" for p in (ROOT / "webhook" / "render").glob("*.py")),
     "webhook.policy.model",
     "webhook.policy.privilege",
     "webhook.constants",
     "webhook.config",
 )
-FORBIDDEN = ("kubernetes", "webhook.server", "webhook.kube")
+FORBIDDEN = ("kubernetes", "webhook.server", "webhook.kube", "flask")
 
 
 def module_file(module: str, root: Path = ROOT) -> Path | None:

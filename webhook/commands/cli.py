@@ -1,4 +1,4 @@
-"""`sidecar-debug`: serve, inject, certs, policy and the session commands."""
+"""`sidecar-debug`: serve, inject, certs, policy, the session commands and render."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from webhook.commands import certs as certs_cli
 from webhook.commands import controller as controller_cli
 from webhook.commands import errors
 from webhook.commands import policy as policy_cli
+from webhook.commands import render as render_cli
 from webhook.commands import results as results_cli
 from webhook.commands import sessions as session_cli
 
@@ -26,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     from webhook.commands import serve as serve_cli
 
     for module in (serve_cli, inject_cli, certs_cli, policy_cli, session_cli, results_cli,
-                   controller_cli):
+                   controller_cli, render_cli):
         module.register(subparsers)
     return parser
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 Stack = tuple[str, ...]
 MAX_LINE = 1 << 20  # a stack of a megabyte is not a stack
@@ -149,54 +147,6 @@ def parse_diff(text: str) -> dict[Stack, tuple[int, int]]:
             raise FoldedError(f"line {number}: more than {MAX_COUNT} samples for one stack")
         pairs[frames] = (a, b)
     return pairs
-
-
-# --- the tree a flame graph draws -----------------------------------------------------------------
-
-@dataclass
-class Node:
-    """One frame in the call tree: `value` samples in it and below (the after profile's in a
-    differential tree), `before` the same for the first profile (differential trees only)."""
-
-    name: str
-    value: int = 0
-    before: int = 0
-    children: dict[str, Node] = field(default_factory=dict)
-
-    def to_json(self, differential: bool = False) -> dict[str, Any]:
-        """Compact JSON for the page's script: n(ame), v(alue), b(efore), c(hildren), heaviest
-        child first."""
-        data: dict[str, Any] = {"n": self.name, "v": self.value}
-        if differential:
-            data["b"] = self.before
-        if self.children:
-            kids = sorted(self.children.values(), key=lambda node: (-node.value, node.name))
-            data["c"] = [child.to_json(differential) for child in kids]
-        return data
-
-
-def tree(stacks: Mapping[Stack, int], root: str = "all") -> Node:
-    top = Node(root)
-    for frames, count in stacks.items():
-        top.value += count
-        node = top
-        for frame in frames:
-            node = node.children.setdefault(frame, Node(frame))
-            node.value += count
-    return top
-
-
-def diff_tree(pairs: Mapping[Stack, tuple[int, int]], root: str = "all") -> Node:
-    top = Node(root)
-    for frames, (before, after) in pairs.items():
-        top.value += after
-        top.before += before
-        node = top
-        for frame in frames:
-            node = node.children.setdefault(frame, Node(frame))
-            node.value += after
-            node.before += before
-    return top
 
 
 def from_pairs(lines: Iterable[tuple[str, int]]) -> dict[Stack, int]:

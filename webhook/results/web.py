@@ -1,12 +1,11 @@
 """The results page: every stored run by namespace, pod and time, each as an interactive flame
-graph (search highlights matching frames, click zooms), a differential flame graph between any
-two runs, and downloads as folded stacks, speedscope JSON and pprof.
+graph, a differential flame graph between any two runs, and downloads as folded stacks,
+speedscope JSON and pprof.
 
-Read-only over the store (the chart mounts the volume read-only into this container). The page
-needs nothing from outside the pod: the flame graph is drawn by static/flamegraph.js (plain
-JavaScript and SVG, no library, no CDN), the profile is embedded in the page as JSON, and the
-Content-Security-Policy allows scripts from the page's own origin only. Frame names come from the
-profiled app: they reach the page as JSON and are drawn with textContent, never as markup.
+Read-only over the store (the chart mounts the volume read-only into this container). The flame
+graph pages come from the one renderer (webhook.render), as the CLI's do: self-contained (no
+library, no CDN), the profile embedded as JSON and drawn with textContent, the script and style
+allowed by their hashes in the Content-Security-Policy. The list of runs runs no script at all.
 """
 
 from __future__ import annotations
@@ -17,10 +16,12 @@ from typing import Any
 
 from flask import Flask, Response, abort, render_template_string, request
 
+from webhook import render
 from webhook.results import folded, formats
 from webhook.results.store import Run, Store, StoreError
 
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+# The list of runs and the error pages run no script; flame graph pages send their own policy.
+CSP = ("default-src 'none'; script-src 'none'; style-src 'self' 'unsafe-inline'; "
        "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; "
        "frame-ancestors 'none'")
 
@@ -32,12 +33,6 @@ th, td { padding: .25em .7em; border-bottom: 1px solid #ddd; text-align: left; }
 th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 h2 { font-size: 1.1em; margin: 1.2em 0 .2em; } .muted { color: #777; }
 .bar { display: flex; gap: .8em; align-items: center; flex-wrap: wrap; margin: .5em 0; }
-#flame { width: 100%; display: block; font: 12px monospace; }
-#flame rect { stroke: #fff; stroke-width: .5; cursor: pointer; }
-#flame g.match rect { fill: #e040fb !important; }
-#flame g:hover rect { stroke: #000; }
-#flame text { pointer-events: none; fill: #000; }
-.legend span { display: inline-block; padding: 0 .5em; margin-right: .4em; }
 """
 
 _LAYOUT = """<!doctype html>
@@ -45,7 +40,6 @@ _LAYOUT = """<!doctype html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{{ title }} - sidecar-debug results</title>
 <style>{{ style }}</style>
-{% if profile is defined %}<script src="{{ script }}" defer></script>{% endif %}
 </head><body>
 <h1><a href="{{ home }}">sidecar-debug results</a>
 {%- if subtitle %} &middot; {{ subtitle }}{% endif %}</h1>
@@ -84,30 +78,6 @@ one.</p>
 {% endif %}
 """
 
-_GRAPH = """
-<p class="muted">{{ description }}</p>
-<div class="bar">
-<label>Search <input id="search" type="search" placeholder="function name or regex"
- autocomplete="off"></label> <span id="matched"></span>
-<button id="reset" type="button">reset zoom</button>
-<span>Download: {% for label, href in downloads %}<a href="{{ href }}">{{ label }}</a>
-{% if not loop.last %}&middot; {% endif %}{% endfor %}</span>
-</div>
-{% if differential %}<p class="legend"><span style="background:#f66">grew in B</span>
-<span style="background:#69f">shrank in B</span> widths are B's samples; A is scaled to B's
-total; hover a frame for both counts.</p>{% endif %}
-<div id="details" class="muted">&nbsp;</div>
-<svg id="flame" xmlns="http://www.w3.org/2000/svg" role="img"></svg>
-<script id="profile" type="application/json">{{ profile|safe }}</script>
-"""
-
-
-def _json_for_script(data: Any) -> str:
-    """JSON that can sit inside a <script> element: no `<`, `>` or `&` left to end it."""
-    text = json.dumps(data, separators=(",", ":"))
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
 def _hottest(run: Run) -> str:
     hottest = run.meta.get("hottest")
     if isinstance(hottest, list) and hottest and isinstance(hottest[0], list) and run.samples:
@@ -118,16 +88,22 @@ def _hottest(run: Run) -> str:
 
 
 def create_app(root: Path) -> Flask:
-    app = Flask(__name__, static_folder=str(Path(__file__).parent / "static"),
-                static_url_path="/static")
+    app = Flask(__name__, static_folder=None)
     store = Store(root)
 
     def page(title: str, body: str, *, subtitle: str = "", depth: int = 0, **extra: Any) -> str:
         home = "../" * depth or "./"
         inner = render_template_string(body, **extra)
         return render_template_string(
-            _LAYOUT, title=title, subtitle=subtitle, body=inner, style=_STYLE, home=home,
-            script=f"{home}static/flamegraph.js", **({"profile": 1} if "profile" in extra else {}))
+            _LAYOUT, title=title, subtitle=subtitle, body=inner, style=_STYLE, home=home)
+
+    def graph(profile: render.Profile, home: str) -> Response:
+        """A flame graph page from the one renderer; its own policy (the hashes of its inline
+        script and style) is the header's."""
+        page = render.render(profile, home=home)
+        response = Response(page.html, mimetype="text/html")
+        response.headers["Content-Security-Policy"] = f"{page.csp}; frame-ancestors 'none'"
+        return response
 
     def find(run_id: str) -> Run:
         try:
@@ -143,7 +119,7 @@ def create_app(root: Path) -> Flask:
 
     @app.after_request
     def headers(response: Response) -> Response:
-        response.headers["Content-Security-Policy"] = CSP
+        response.headers.setdefault("Content-Security-Policy", CSP)
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers["Referrer-Policy"] = "no-referrer"
         return response
@@ -182,20 +158,10 @@ def create_app(root: Path) -> Flask:
         return Response(json.dumps(data), mimetype="application/json")
 
     @app.get("/runs/<namespace>/<pod>/<name>/")
-    def view(namespace: str, pod: str, name: str) -> str:
+    def view(namespace: str, pod: str, name: str) -> Response:
         run = find(f"{namespace}/{pod}/{name}")
-        stacks = stacks_of(run)
-        duration = run.meta.get("duration")
-        description = (f"{run.technique}, started {run.started:%Y-%m-%d %H:%M:%S} UTC"
-                       + (f", {duration} s" if duration else "")
-                       + f", {folded.total(stacks)} samples")
-        downloads = [("folded", "stacks.folded"), ("speedscope", "profile.speedscope.json"),
-                     ("pprof", "profile.pb.gz")]
-        data = {"tree": folded.tree(stacks).to_json(), "differential": False,
-                "title": run.id}
-        return page(run.id, _GRAPH, subtitle=f"{namespace} / {pod} / {name}", depth=4,
-                    description=description, downloads=downloads, differential=False,
-                    profile=_json_for_script(data))
+        return graph(render.Profile(stacks_of(run), meta=run.meta, title=run.id,
+                                    name=f"{pod}-{name}"), home="../../../../")
 
     @app.get("/runs/<namespace>/<pod>/<name>/stacks.folded")
     def download_folded(namespace: str, pod: str, name: str) -> Response:
@@ -225,17 +191,10 @@ def create_app(root: Path) -> Flask:
         return find(a), find(b)
 
     @app.get("/diff")
-    def diff_view() -> str:
+    def diff_view() -> Response:
         a, b = pair()
-        pairs = folded.diff(stacks_of(a), stacks_of(b))
-        data = {"tree": folded.diff_tree(pairs).to_json(differential=True),
-                "differential": True, "title": f"{a.id} -> {b.id}"}
-        query = f"a={a.id}&b={b.id}"
-        return page("differential", _GRAPH, subtitle="differential flame graph",
-                    description=f"A (before): {a.id} ({a.samples} samples); B (after): {b.id} "
-                    f"({b.samples} samples)", downloads=[("differential folded",
-                                                          f"diff.folded?{query}")],
-                    differential=True, profile=_json_for_script(data))
+        return graph(render.Profile(stacks_of(b), base=stacks_of(a), title=f"{a.id} -> {b.id}",
+                                    name="diff"), home="./")
 
     @app.get("/diff.folded")
     def diff_download() -> Response:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from webhook import constants
+from webhook import constants, render
 from webhook.config import Profile, Settings, load_settings
 from webhook.inject.attach import (
     attached_name,
@@ -39,6 +39,8 @@ from webhook.inject.attach import (
     is_attached,
 )
 from webhook.kube import client as kube
+from webhook.render import inputs
+from webhook.results import folded as folded_stacks
 from webhook.sessions import copyback
 from webhook.sessions.settings import InstalledSettings, SettingsNotFound, find_settings
 
@@ -211,11 +213,12 @@ class Session:
         self.err.flush()
 
     def fetch(self, remote_dir: str, destinations: Mapping[str, Path], *,
-              read: Sequence[str] = (), force: bool = False,
+              read: Sequence[str] = (), read_if_there: Sequence[str] = (), force: bool = False,
               container: str | None = None) -> dict[str, bytes]:
         """Copy `destinations` (remote name -> local path; files or folders) and `read` (small
         files whose content is returned, never written) from `remote_dir` in the toolset
-        container: tar | base64 over exec, unpacked by webhook.sessions.copyback."""
+        container: tar | base64 over exec, unpacked by webhook.sessions.copyback.
+        `read_if_there` are read like `read` when the pod has them (what older toolsets lack)."""
         names = [*destinations, *read]
         unwritten = "; nothing was written"
         try:
@@ -223,7 +226,10 @@ class Session:
         except copyback.CopyError as error:
             raise SessionError(str(error), EXIT_USAGE) from error
         quoted = " ".join(shlex.quote(name) for name in names)
-        script = f"cd {shlex.quote(remote_dir)} && tar -cf - {quoted} | base64 -w0"
+        optional = " ".join(shlex.quote(name) for name in read_if_there)
+        script = (f"cd {shlex.quote(remote_dir)} && set -- {quoted} && "
+                  f"for f in {optional}; do [ -e \"$f\" ] && set -- \"$@\" \"$f\"; done; "
+                  "tar -cf - \"$@\" | base64 -w0")
         result = self.exec(["sh", "-c", script], container=container)
         if result.returncode != 0:
             raise SessionError(f"copying {', '.join(names)} from the pod failed: "
@@ -241,12 +247,12 @@ class Session:
         first = next(iter(destinations.values()), Path(".") / "x")
         try:
             with copyback.staging_directory(first.parent) as staging:
-                arrived = copyback.extract(data, names, staging)
+                arrived = copyback.extract(data, [*names, *read_if_there], staging)
                 missing = [name for name in names if name not in arrived]
                 if missing:
                     raise copyback.CopyError(f"the pod sent no {', '.join(missing)}")
                 contents: dict[str, bytes] = {}
-                for name in read:
+                for name in [*read, *(name for name in read_if_there if name in arrived)]:
                     if not arrived[name].is_file():
                         raise copyback.CopyError(f"{name!r} is not a file")
                     if arrived[name].stat().st_size > READ_LIMIT:
@@ -394,6 +400,8 @@ def remote_dir(kind: str) -> str:
 def flamegraph(session: Session, *, seconds: float, frequency: int, pid: int | None,
                name: str | None, output: Path | None, keep_remote: bool = False,
                force: bool = False) -> int:
+    """Record in the toolset, bring back the run (stacks.folded, meta.json) and render the page
+    here with the one renderer (webhook.render): the pod sends data, never HTML."""
     target = output or Path(f"flamegraph-{session.pod}.html")
     folded = target.with_suffix(".folded")
     _refuse_overwrite([target, folded], force)
@@ -411,13 +419,42 @@ def flamegraph(session: Session, *, seconds: float, frequency: int, pid: int | N
                           timeout=seconds + 600)
     if result.returncode != 0:
         return result.returncode
-    contents = session.fetch(out, {"flamegraph.html": target, "stacks.folded": folded},
-                             read=["summary.txt"], force=force, container=container)
+    contents = session.fetch(out, {"stacks.folded": folded},
+                             read_if_there=["meta.json", "summary.txt"], force=force,
+                             container=container)
     if not keep_remote:
         session.remove_remote(out, container=container)
-    sys.stdout.write(copyback.terminal_text(contents["summary.txt"]))
+    profile = write_flamegraph(folded, contents.get("meta.json"), target, force=force,
+                               title=f"{session.namespace}/{session.pod}")
+    # The toolset's summary names the process; without one, the hottest functions from here.
+    sidecar_summary = copyback.terminal_text(contents.get("summary.txt", b""))
+    sys.stdout.write(sidecar_summary)
+    lines = render.summary(profile, hottest=0 if sidecar_summary else 10)
+    sys.stdout.write("".join(line + "\n" for line in lines))
     sys.stdout.write(f"flame graph:   {target}\nfolded stacks: {folded}\n")
     return EXIT_OK
+
+
+def write_flamegraph(folded_path: Path, meta: bytes | None, target: Path, *, title: str,
+                     force: bool = False) -> render.Profile:
+    """Render a run brought back from the pod (its folded stacks and meta.json) into `target`,
+    which is replaced only with `force`."""
+    try:
+        stacks = folded_stacks.parse(folded_path.read_text(encoding="utf-8", errors="replace"))
+    except folded_stacks.FoldedError as error:
+        raise SessionError(f"the pod's stacks.folded ({folded_path}) is not folded stacks: "
+                           f"{error}") from error
+    profile = render.Profile(stacks, meta=inputs.read_meta(meta), title=title, name=target.stem)
+    page = render.render(profile)
+    try:
+        with copyback.staging_directory(target.parent) as staging:
+            staged = staging / target.name
+            staged.write_text(page.html, encoding="utf-8")
+            copyback.place({staged: target}, force)
+    except copyback.CopyError as error:
+        raise SessionError(f"{error}; the folded stacks are in {folded_path}",
+                           EXIT_USAGE) from error
+    return profile
 
 
 def trace(session: Session, *, seconds: float, events: str, domains: Sequence[str],

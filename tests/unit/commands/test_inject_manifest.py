@@ -504,3 +504,58 @@ def test_the_read_back_check_tells_types_apart() -> None:
     assert not manifest_yaml._reads_as("a: 1\n", {"a": True})
     assert not manifest_yaml._reads_as("a: 1.0\n", {"a": 1})
     assert not manifest_yaml._reads_as("a: 0o17\n", {"a": "0o17"})
+
+
+# -- issue 17 item 6: YAML aliases may not expand a document without bound -----------------------
+
+
+def billion_laughs(levels: int = 9) -> str:
+    """A Pod whose env is 9**levels strings written in ~500 bytes ("billion laughs")."""
+    lines = ["apiVersion: v1", "kind: Pod", "metadata:", "  name: lol", "  annotations:",
+             '    l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for n in range(1, levels):
+        lines.append(f"    l{n}: &l{n} [" + ",".join([f"*l{n - 1}"] * 9) + "]")
+    lines += ["spec:", "  containers:", f"  - {{name: app, image: busybox, env: *l{levels - 1}}}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_an_alias_bomb_is_refused_by_the_event_scan_before_anything_is_built() -> None:
+    text = billion_laughs()
+    assert len(text) < 600
+    chunk = manifest_yaml.split(text.encode())[0]
+    with pytest.raises(manifest_yaml.Problem) as refused:
+        manifest_yaml.scan(text, chunk)
+    assert refused.value.line == 10  # the alias that crosses the budget
+    assert "expand this document by more than 10000 nodes" in refused.value.message
+
+
+def test_offline_inject_refuses_an_alias_bomb_in_one_line_and_copies_the_document() -> None:
+    # Before: libyaml built shared lists, and walking them ran for minutes (410 bytes: > 120 s
+    # of CPU). The subprocess's timeout bounds the test should that come back.
+    source = billion_laughs().encode()
+    result = run(["inject", "-f", "-"], stdin=source)
+    assert result.returncode == 1
+    assert result.stdout == source
+    [refusal, summary] = result.stderr.decode().splitlines()
+    assert refusal.startswith("sidecar-debug: <stdin>:10: document 1: YAML aliases (here *l3)")
+    assert "billion laughs" in refusal and summary.endswith("every other document written")
+
+
+def test_an_alias_to_its_own_enclosing_node_is_refused_not_a_recursion_error() -> None:
+    source = "apiVersion: v1\nkind: Pod\nmetadata: &m\n  name: x\n  self: *m\nspec: {}\n"
+    code, out, err = inject(source)
+    assert code == 1 and out == source.encode()
+    assert "app.yaml:5: document 1: the YAML alias *m refers to the node that contains it" in err
+
+
+def test_aliases_within_the_budget_still_inject() -> None:
+    env = "    env: &env [" + ", ".join(f"{{name: V{i}, value: x}}" for i in range(20)) + "]\n"
+    source = (
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n"
+        "  - name: a\n    image: b\n" + env
+        + "".join(f"  - name: c{i}\n    image: b\n    env: *env\n" for i in range(50))
+    )
+    code, out, err = inject(source, profile="lttng")
+    assert code == 0, err
+    [pod] = docs(out)
+    assert len(pod["spec"]["containers"]) == 52

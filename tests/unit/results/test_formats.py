@@ -53,15 +53,6 @@ def test_diff_normalizes_before_to_after_total() -> None:
     assert folded.parse_diff(folded.format_diff(pairs)) == pairs
 
 
-def test_diff_tree_carries_both_profiles() -> None:
-    pairs = folded.diff(folded.parse("a;b 10\n"), folded.parse("a;b 5\na;c 5\n"))
-    root = folded.diff_tree(pairs).to_json(differential=True)
-    assert (root["v"], root["b"]) == (10, 10)
-    child = root["c"][0]
-    assert child["n"] == "a" and [c["n"] for c in child["c"]] == ["b", "c"]
-    assert child["c"][0]["b"] == 10 and child["c"][0]["v"] == 5
-
-
 def test_speedscope_weights_add_up_to_the_samples() -> None:
     stacks = folded.parse(FOLDED)
     document = json.loads(formats.speedscope_json(stacks, "web-1 perf"))

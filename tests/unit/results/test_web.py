@@ -39,6 +39,12 @@ def profile_of(html: str) -> Any:
     return json.loads(match.group(1))
 
 
+def stacks_of(data: Any, key: str = "counts") -> dict[tuple[str, ...], int]:
+    """The stacks a page draws: frame names by index, with `key`'s counts."""
+    return {tuple(data["names"][i] for i in stack): count
+            for stack, count in zip(data["stacks"], data[key], strict=True)}
+
+
 def test_index_lists_runs_by_namespace_and_pod(client: FlaskClient) -> None:
     html = client.get("/").get_data(as_text=True)
     assert [m for m in re.findall(r'<h2 class="pod">(.*?)</h2>', html)] == [
@@ -54,20 +60,27 @@ def test_empty_store_says_how_runs_arrive(tmp_path: Path) -> None:
     assert 'id="empty"' in html and "sidecar-debug.io/schedule" in html
 
 
-def test_run_page_embeds_the_tree_and_loads_the_script(client: FlaskClient) -> None:
+def test_run_page_is_the_renderers_page_with_its_policy(client: FlaskClient) -> None:
     response = client.get("/runs/shop/web-1/20261203T070000Z-perf/")
     html = response.get_data(as_text=True)
     data = profile_of(html)
-    assert data["tree"]["v"] == 100 and data["tree"]["c"][0]["c"][0] == {"n": "fib", "v": 90}
-    assert '<script src="../../../../static/flamegraph.js" defer>' in html
-    assert "script-src 'self'" in response.headers["Content-Security-Policy"]
-    assert client.get("/static/flamegraph.js").status_code == 200
+    assert stacks_of(data) == {("main", "fib"): 90, ("main", "gc"): 10}
+    assert data["title"] == "shop/web-1/20261203T070000Z-perf"
+    assert ["duration", "30 s"] in data["facts"] and ["frequency", "99 Hz"] in data["facts"]
+    # The page carries its script inline, allowed by hash, by the header as by its <meta>.
+    policy = response.headers["Content-Security-Policy"]
+    assert "script-src 'sha256-" in policy and "'self'" not in policy
+    own, ancestors = policy.rsplit("; ", 1)
+    assert ancestors == "frame-ancestors 'none'" and f'content="{own}"' in html
+    assert '<a href="../../../../">all runs</a>' in html
+    assert client.get("/static/flamegraph.js").status_code == 404
+    assert "script-src 'none'" in client.get("/").headers["Content-Security-Policy"]
 
 
 def test_frame_names_stay_data(client: FlaskClient) -> None:
     html = client.get("/runs/batch/job-x/20261203T070000Z-perf/").get_data(as_text=True)
-    assert "<img" not in html and html.count("</script>") == 2  # the script tag and the data
-    assert profile_of(html)["tree"]["c"][0]["c"][0]["n"] == HOSTILE
+    assert "<img" not in html and html.count("</script>") == 2  # the data and the script
+    assert profile_of(html)["names"] == ["main", HOSTILE]
     index = client.get("/").get_data(as_text=True)
     assert "<img" not in index
 
@@ -88,9 +101,9 @@ def test_differential_page_and_download(client: FlaskClient) -> None:
     b = "shop/web-1/20261203T080000Z-perf"
     data = profile_of(client.get(f"/diff?a={a}&b={b}").get_data(as_text=True))
     assert data["differential"] is True
-    frames = {node["n"]: node for node in data["tree"]["c"][0]["c"]}
-    assert (frames["fib"]["b"], frames["fib"]["v"]) == (90, 40)
-    assert (frames["io"]["b"], frames["io"]["v"]) == (0, 60)
+    assert stacks_of(data, "before") == {("main", "fib"): 90, ("main", "gc"): 10,
+                                         ("main", "io"): 0}
+    assert stacks_of(data) == {("main", "fib"): 40, ("main", "gc"): 0, ("main", "io"): 60}
     pairs = folded.parse_diff(client.get(f"/diff.folded?a={a}&b={b}").get_data(as_text=True))
     assert pairs[("main", "gc")] == (10, 0)
 

@@ -402,3 +402,104 @@ def test_session_commands_are_registered(command: str, capsys: pytest.CaptureFix
         cli.main([command, "--help"])
     assert raised.value.code == 0
     assert "POD" in capsys.readouterr().out
+
+
+# --- flamegraph: the run comes back as data and is rendered here -----------------------------
+
+class LocalToolset(sessions.Session):
+    """A toolset container played by this machine: `flamegraph --out DIR` writes `files` into
+    DIR (as the toolset's recording does); the copy-back script and `rm` really run (sh, tar,
+    base64), so the fetch of optional files is exercised as the pod runs it."""
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        super().__init__(api_client=None, pod="web-1", namespace="shop", container="tools")
+        self.files = files
+
+    def toolset_container(self) -> str:
+        return "tools"
+
+    def exec(self, command: Sequence[str], **_: Any) -> sessions.ExecResult:
+        import subprocess
+
+        if command[0] == "flamegraph":
+            out = Path(command[command.index("--out") + 1])
+            out.mkdir(parents=True)
+            for name, data in self.files.items():
+                (out / name).write_bytes(data)
+            return sessions.ExecResult(0, "", "")
+        done = subprocess.run(list(command), capture_output=True, text=True, check=False)
+        return sessions.ExecResult(done.returncode, done.stdout, done.stderr)
+
+
+def page_data(html: str) -> Any:
+    import re
+
+    match = re.search(r'<script id="profile" type="application/json">(.*?)</script>', html, re.S)
+    assert match
+    return json.loads(match.group(1))
+
+
+@pytest.fixture
+def remote_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    base = tmp_path / "pod"
+    monkeypatch.setattr(sessions, "REMOTE_BASE", str(base))
+    return base
+
+
+FOLDED = b"node;main;fibonacci 90\nnode;[unknown];0x7f00deadbeef 10\n"
+HOSTILE = "x</script><img src=x onerror=alert(1)>.js"
+
+
+def test_flamegraph_renders_the_run_here_with_the_recordings_named_share(
+        tmp_path: Path, remote_base: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    meta = {"technique": "perf", "type": "cpu", "seconds": 5, "frequency": 99,
+            "named_share": 0.9, "notes": [f"perf map of {HOSTILE}"]}
+    session = LocalToolset({"stacks.folded": FOLDED, "meta.json": json.dumps(meta).encode(),
+                            "summary.txt": b"hottest functions of PID 7 node app.js:\n"
+                                           b"   90.0%      90  fibonacci\n",
+                            "flamegraph.html": b"<script>alert('from the pod')</script>"})
+    target = tmp_path / "out" / "fg.html"
+    assert sessions.flamegraph(session, seconds=5, frequency=99, pid=None, name=None,
+                               output=target) == 0
+    html = target.read_text()
+    assert "from the pod" not in html and "<img" not in html  # rendered here, not copied
+    data = page_data(html)
+    assert data["title"] == "shop/web-1" and data["named"] == {"share": 0.9,
+                                                               "source": "meta.json"}
+    assert data["notes"] == [f"perf map of {HOSTILE}"]
+    assert target.with_suffix(".folded").read_bytes() == FOLDED
+    assert sorted(p.name for p in target.parent.iterdir()) == ["fg.folded", "fg.html"]
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "   90.0%      90  fibonacci"  # the toolset's summary first
+    assert out[2:] == ["samples:       100", "named frames:  90.0 % (from the recording)",
+                       f"flame graph:   {target}",
+                       f"folded stacks: {target.with_suffix('.folded')}"]
+    assert list(remote_base.iterdir()) == []  # the recording is removed from the pod
+
+
+def test_flamegraph_from_a_toolset_without_meta_computes_the_share(
+        tmp_path: Path, remote_base: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    session = LocalToolset({"stacks.folded": FOLDED + f"node;{HOSTILE} 5\n".encode()})
+    target = tmp_path / "fg.html"
+    assert sessions.flamegraph(session, seconds=1, frequency=99, pid=None, name=None,
+                               output=target) == 0
+    data = page_data(target.read_text())
+    assert data["named"]["source"] == "frames" and HOSTILE in data["names"]
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == ["hottest functions (self samples):", "   85.7%      90  fibonacci"]
+    assert "named frames:  93.5 % (computed from the frame names, 310 sampled frames)" in out
+
+
+def test_flamegraph_keeps_an_existing_page_and_refuses_bad_stacks(
+        tmp_path: Path, remote_base: Path) -> None:
+    target = tmp_path / "fg.html"
+    target.write_text("mine")
+    session = LocalToolset({"stacks.folded": FOLDED})
+    with pytest.raises(sessions.SessionError, match="exists"):
+        sessions.flamegraph(session, seconds=1, frequency=99, pid=None, name=None, output=target)
+    assert target.read_text() == "mine"
+    bad = LocalToolset({"stacks.folded": b"<html>not stacks</html>\n"})
+    with pytest.raises(sessions.SessionError, match="is not folded stacks: line 1"):
+        sessions.flamegraph(bad, seconds=1, frequency=99, pid=None, name=None,
+                            output=tmp_path / "other.html")
+    assert not (tmp_path / "other.html").exists()

@@ -1,0 +1,162 @@
+"""The renderer's inputs: folded stacks, speedscope JSON and pprof (gzip or not) told apart by
+content; our own exports and a real Go CPU profile read back to their stacks; every malformed
+input ends in InputError with one line, never another exception."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from webhook.render import inputs
+from webhook.results import folded, formats
+
+FOLDED = "main;handle;fib 60\nmain;handle;render 15\nmain;io_wait 25\n"
+STACKS = folded.parse(FOLDED)
+
+
+@pytest.mark.parametrize("encode", [
+    pytest.param(lambda s: folded.format_stacks(s).encode(), id="folded"),
+    pytest.param(lambda s: gzip.compress(folded.format_stacks(s).encode()), id="folded.gz"),
+    pytest.param(lambda s: formats.speedscope_json(s, "web"), id="speedscope"),
+    pytest.param(lambda s: formats.pprof(s), id="pprof.gz"),
+    pytest.param(lambda s: gzip.decompress(formats.pprof(s)), id="pprof"),
+])
+def test_every_format_reads_back_to_the_stacks(encode: object) -> None:
+    loaded = inputs.load(encode(STACKS))  # type: ignore[operator]
+    assert loaded.stacks == STACKS and loaded.unit == "samples"
+
+
+@pytest.mark.parametrize("text", [
+    pytest.param("\n" + FOLDED, id="blank-line-like-protobuf"),
+    pytest.param("[unknown];main;fib 3\n", id="bracket-like-json"),
+    pytest.param("{closure};main 3\n", id="brace-like-json"),
+])
+def test_folded_files_that_start_like_another_format_are_still_folded(text: str) -> None:
+    loaded = inputs.load(text.encode())
+    assert loaded.format == "folded" and loaded.stacks == folded.parse(text)
+
+
+def test_speedscope_evented_threads_and_units() -> None:
+    document = {
+        "shared": {"frames": [{"name": "main"}, {"name": "work", "file": "app.py", "line": 3},
+                              {"name": "a;b\nc"}]},
+        "profiles": [
+            {"type": "evented", "name": "MainThread", "unit": "milliseconds", "startValue": 0,
+             "endValue": 10, "events": [
+                 {"type": "O", "frame": 0, "at": 0}, {"type": "O", "frame": 1, "at": 1.5},
+                 {"type": "C", "frame": 1, "at": 4}, {"type": "C", "frame": 0, "at": 10}]},
+            {"type": "sampled", "name": "worker", "unit": "milliseconds",
+             "samples": [[0, 2]], "weights": [0.25]},
+        ],
+    }
+    loaded = inputs.load(json.dumps(document).encode())
+    assert loaded.unit == "\u00b5s"
+    assert loaded.stacks == {("MainThread", "main"): 7500,
+                             ("MainThread", "main", "work (app.py:3)"): 2500,
+                             ("worker", "main", "a:b c"): 250}
+
+
+def _go_profile(tmp_path: Path) -> bytes:
+    source = tmp_path / "main.go"
+    source.write_text("""package main
+import ("os"; "runtime/pprof"; "time")
+//go:noinline
+func burn(n int) int { s := 0; for i := 0; i < n; i++ { s += i * i % 7 }; return s }
+func main() {
+    out, _ := os.Create(os.Args[1]); pprof.StartCPUProfile(out)
+    for end := time.Now().Add(400 * time.Millisecond); time.Now().Before(end); { burn(100000) }
+    pprof.StopCPUProfile(); out.Close()
+}
+""")
+    subprocess.run(["go", "run", str(source), str(tmp_path / "cpu.pb.gz")], check=True,
+                   cwd=tmp_path, timeout=300, capture_output=True,
+                   env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin",
+                        "GOCACHE": str(Path.home() / ".cache" / "go-build"), "GOFLAGS": "-mod=mod",
+                        "GO111MODULE": "off"})
+    return (tmp_path / "cpu.pb.gz").read_bytes()
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed (golang-go)")
+def test_a_real_go_cpu_profile(tmp_path: Path) -> None:
+    loaded = inputs.load(_go_profile(tmp_path))
+    assert loaded.format == "pprof" and loaded.unit == "ns"  # cpu/nanoseconds: the last type
+    burning = {stack: count for stack, count in loaded.stacks.items() if "main.burn" in stack}
+    assert sum(burning.values()) > sum(loaded.stacks.values()) / 2
+    for stack in burning:  # root first: runtime.main, main.main, main.burn
+        assert stack[0] == "runtime.main"
+        assert stack.index("main.main") < stack.index("main.burn"), stack
+
+
+BAD = [
+    (b"", "no samples"),
+    (b"garbage\n", "line 1: expected 'frame;frame;... COUNT'"),
+    (b"\xff\xfe\x00binary", "neither folded stacks (text) nor a pprof profile"),
+    (b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xff\xff", "gzip data is corrupt"),
+    (gzip.compress(FOLDED.encode())[:-12], "gzip data is truncated"),
+    (b'{"a": 1}', "not a speedscope file"),
+    (b"[" * 100_000, "line 1: expected 'frame;frame;... COUNT'"),
+    (b'[1, 2]', "JSON, but not a speedscope file"),
+    (b'{"profiles": [], "shared": {"frames": []}}', "no profiles"),
+    (b'{"profiles": [{"type": "sampled", "samples": [[5]], "weights": [1]}], '
+     b'"shared": {"frames": [{"name": "a"}]}}', "sample 0 is not a list of frame indices"),
+    (b'{"profiles": [{"type": "sampled", "samples": [[0]], "weights": [NaN]}], '
+     b'"shared": {"frames": [{"name": "a"}]}}', "weight 0 is not a non-negative number"),
+    (b'{"profiles": [{"type": "evented", "events": [{"type": "C", "frame": 0, "at": 1}]}], '
+     b'"shared": {"frames": [{"name": "a"}]}}', "neither opens nor closes"),
+    (b'{"profiles": [{"type": "flat"}], "shared": {"frames": []}}', "neither 'sampled'"),
+    (b"\x0a\x02\x08\x05", "not a pprof profile"),  # a sample type, no string table
+]
+
+
+@pytest.mark.parametrize(("data", "message"), BAD, ids=[m for _, m in BAD])
+def test_bad_input_says_what_is_wrong(data: bytes, message: str) -> None:
+    with pytest.raises(inputs.InputError, match=".*") as raised:
+        inputs.load(data)
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_gzip_bomb_stops_at_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inputs, "MAX_INPUT", 1000)
+    with pytest.raises(inputs.InputError, match="larger than"):
+        inputs.load(gzip.compress(b"a;b 1\n" * 10_000))
+
+
+VALID = [folded.format_stacks(STACKS).encode(), formats.speedscope_json(STACKS, "x"),
+         gzip.decompress(formats.pprof(STACKS)), formats.pprof(STACKS)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(VALID), st.data())
+def test_mangled_inputs_only_ever_raise_input_error(valid: bytes, data: st.DataObject) -> None:
+    position = data.draw(st.integers(0, len(valid)))
+    cut = data.draw(st.integers(0, 8))
+    insert = data.draw(st.binary(max_size=8))
+    mangled = valid[:position] + insert + valid[position + cut:]
+    try:
+        loaded = inputs.load(mangled)
+    except inputs.InputError:
+        return
+    assert all(count > 0 and stack for stack, count in loaded.stacks.items())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200))
+def test_random_bytes_only_ever_raise_input_error(data: bytes) -> None:
+    try:
+        inputs.load(data)
+    except inputs.InputError:
+        pass
+
+
+def test_meta_that_is_not_an_object_becomes_a_warning() -> None:
+    assert inputs.read_meta(b'{"technique": "perf"}') == {"technique": "perf"}
+    assert inputs.read_meta(None) == {}
+    assert inputs.read_meta(b"[1]")["warnings"] == ["meta.json is ignored: not a JSON object"]
+    assert inputs.read_meta(b"{")["warnings"][0].startswith("meta.json is ignored: not JSON")

@@ -1,0 +1,78 @@
+"""`sidecar-debug render`: every input format to a page, stdin to stdout, a differential page,
+the run's meta.json on the page, and a one-line summary."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from webhook.commands.cli import main
+from webhook.results import folded, formats
+
+FOLDED = "main;handle;fib 60\nmain;handle;render 15\nmain;[unknown] 25\n"
+
+
+def page_data(html: str) -> Any:
+    match = re.search(r'<script id="profile" type="application/json">(.*?)</script>', html, re.S)
+    assert match
+    return json.loads(match.group(1))
+
+
+def drawn(data: Any, key: str = "counts") -> dict[tuple[str, ...], int]:
+    return {tuple(data["names"][i] for i in stack): count
+            for stack, count in zip(data["stacks"], data[key], strict=True)}
+
+
+@pytest.mark.parametrize(("name", "content"), [
+    ("run.folded", FOLDED.encode()),
+    ("run.txt.gz", gzip.compress(FOLDED.encode())),
+    ("run.json", formats.speedscope_json(folded.parse(FOLDED), "x")),
+    ("run.pb.gz", formats.pprof(folded.parse(FOLDED))),
+])
+def test_each_format_becomes_a_page_next_to_it(
+        name: str, content: bytes, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / name
+    source.write_bytes(content)
+    assert main(["render", str(source)]) == 0
+    page = tmp_path / "run.html"
+    data = page_data(page.read_text())
+    assert drawn(data) == folded.parse(FOLDED)
+    assert data["title"] == name and data["named"]["source"] == "frames"
+    err = capsys.readouterr().err
+    assert err.startswith(f"{page}: ")
+    assert "samples: 100; named frames: 90.9 % (computed from the frame names, 275 " in err
+    assert err.count("\n") == 1
+
+
+def test_stdin_to_stdout_with_a_title_and_meta(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    meta = tmp_path / "meta.json"
+    meta.write_text(json.dumps({"technique": "perf", "type": "cpu", "seconds": 10,
+                                "named_share": 0.96, "warnings": ["user-space only"]}))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(FOLDED.encode())))
+    assert main(["render", "-", "--title", "web <1>", "--meta", str(meta)]) == 0
+    data = page_data(capsys.readouterr().out)
+    assert data["title"] == "web <1>"
+    assert data["named"] == {"share": 0.96, "source": "meta.json"}
+    assert ("technique", "perf") in map(tuple, data["facts"])
+    assert ("duration", "10 s") in map(tuple, data["facts"])
+    assert data["warnings"] == ["user-space only"]
+
+
+def test_a_differential_page(tmp_path: Path) -> None:
+    (tmp_path / "a.folded").write_text("main;fib 80\nmain;io 20\n")
+    (tmp_path / "b.folded").write_text("main;fib 20\nmain;json 30\n")
+    out = tmp_path / "diff.html"
+    assert main(["render", str(tmp_path / "b.folded"), "--diff", str(tmp_path / "a.folded"),
+                 "-o", str(out)]) == 0
+    data = page_data(out.read_text())
+    assert data["differential"] is True and data["title"] == "a.folded -> b.folded"
+    assert drawn(data, "before") == {("main", "fib"): 40, ("main", "io"): 10, ("main", "json"): 0}
+    assert drawn(data) == {("main", "fib"): 20, ("main", "io"): 0, ("main", "json"): 30}

@@ -1,0 +1,170 @@
+"""What a flame graph page shows: the stacks, and the run's facts taken from its metadata.
+
+The metadata is a run's meta.json (written by the toolset's recording or by the results store),
+read as untrusted data: only known keys of the expected types become facts, every value is shown
+as text. The share of named frames comes from the recording when it says (`named_share`, a
+fraction 0..1); otherwise it is computed here from the frame names: `[unknown]`, `<unknown>`,
+`??` and bare addresses (`0x7f3a...`, `[libc.so.6+0x1d2f]`) are unnamed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from itertools import chain
+from typing import Any, TypeGuard
+
+from webhook.results.folded import Stack
+
+_UNNAMED = re.compile(r"(?:\[unknown\]|<unknown>|\?\?|0x[0-9a-fA-F]+|[0-9a-fA-F]{8,16}"
+                      r"|\[[^\]]*\+0x[0-9a-fA-F]+\])(?:_\[[kwij]\])?")
+MAX_NOTES = 20
+MAX_TEXT = 500  # characters of one fact or note shown
+
+
+@dataclass(frozen=True)
+class NamedShare:
+    share: float  # named frames / all sampled frames, 0..1
+    frames: int  # sampled frames counted (0 when the recording gave only the share)
+    source: str  # "meta.json" or "frames"
+
+
+def named_share(stacks: Mapping[Stack, int]) -> NamedShare | None:
+    """The share of sampled frames (each stack's frames times its count) that have a name."""
+    names, ids = frame_table(stacks)
+    return share_of(names, ids, list(stacks.values()))
+
+
+def frame_table(stacks: Iterable[Stack]) -> tuple[list[str], list[list[int]]]:
+    """Each distinct frame name once, and the stacks as lists of their indices. Per frame only
+    C loops run (fromkeys, map): a 50k-stack profile has millions of frames."""
+    names = list(dict.fromkeys(chain.from_iterable(stacks)))
+    index = {name: number for number, name in enumerate(names)}
+    return names, [list(map(index.__getitem__, stack)) for stack in stacks]
+
+
+def share_of(names: list[str], ids: list[list[int]], counts: list[int]) -> NamedShare | None:
+    flags = [0 if is_named(name) else 1 for name in names]
+    frames = sum(len(stack) * count for stack, count in zip(ids, counts, strict=True))
+    if not frames:
+        return None
+    missing = sum(sum(map(flags.__getitem__, stack)) * count
+                  for stack, count in zip(ids, counts, strict=True)) if any(flags) else 0
+    return NamedShare((frames - missing) / frames, frames, "frames")
+
+
+def is_named(frame: str) -> bool:
+    return _UNNAMED.fullmatch(frame) is None
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One flame graph: `stacks` (root first; a differential graph's after profile, whose shape
+    it takes), `base` (the before profile of a differential graph), `meta` (the run's meta.json
+    or the store's record), `title` and the unit of the counts."""
+
+    stacks: Mapping[Stack, int]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    title: str = ""
+    base: Mapping[Stack, int] | None = None
+    unit: str = ""
+    # file name stem of the page's downloads (sanitised again where used)
+    name: str = "profile"
+
+    @property
+    def differential(self) -> bool:
+        return self.base is not None
+
+    def named(self, table: tuple[list[str], list[list[int]]] | None = None,
+              counts: list[int] | None = None) -> NamedShare | None:
+        """From the recording's metadata when it says, computed from the frames otherwise
+        (from `table`, frame_table() of the stacks with `counts`, when the caller has it)."""
+        value = self.meta.get("named_share")
+        if (not self.differential and _number(value) and 0 <= value <= 1):
+            return NamedShare(float(value), 0, "meta.json")
+        if table is not None and counts is not None:
+            return share_of(*table, counts)
+        return named_share(self.stacks)
+
+    def count_unit(self) -> str:
+        unit = self.unit or self.meta.get("unit")
+        return _text(unit)[:40] if isinstance(unit, str) and unit.strip() else "samples"
+
+    def facts(self) -> list[tuple[str, str]]:
+        """(label, text) pairs for the page's header, from the metadata keys we know."""
+        meta = self.meta
+        facts: list[tuple[str, str]] = []
+
+        def add(label: str, value: Any, suffix: str = "") -> None:
+            if isinstance(value, str) and value.strip():
+                facts.append((label, _text(value)))
+            elif _number(value):
+                facts.append((label, f"{value:g}{suffix}"))
+
+        namespace, pod = meta.get("namespace"), meta.get("pod")
+        if isinstance(pod, str) and pod:
+            add("pod", f"{namespace}/{pod}" if isinstance(namespace, str) and namespace else pod)
+        add("container", meta.get("container"))
+        add("technique", meta.get("technique"))
+        add("type", meta.get("type"))
+        add("runtime", meta.get("runtime"))
+        add("started", meta.get("started"))
+        seconds = meta.get("seconds", meta.get("duration"))
+        add("duration", seconds, " s")
+        add("frequency", meta.get("frequency"), " Hz")
+        unwinding = meta.get("unwinding")
+        if isinstance(unwinding, Mapping):
+            parts = [f"{key}: {value}" for key, value in unwinding.items()
+                     if isinstance(key, str) and isinstance(value, str | int | float)]
+            add("unwinding", ", ".join(parts))
+        else:
+            add("unwinding", unwinding)
+        return facts
+
+    def notes(self, key: str) -> list[str]:
+        """meta[key] as lines of text (`notes`, `warnings`: a string or a list of strings)."""
+        value = self.meta.get(key)
+        items = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+        return [_text(item) for item in items if isinstance(item, str) and item.strip()][
+            :MAX_NOTES]
+
+
+def _number(value: Any) -> TypeGuard[int | float]:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _text(value: str) -> str:
+    text = " ".join(value.split())
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "..."
+
+
+def printable(text: str) -> str:
+    """App text for a terminal: control, bidirectional and other invisible characters escaped
+    (as the toolset's summary shows names)."""
+    return text if text.isprintable() else "".join(
+        c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def summary(profile: Profile, *, hottest: int = 0) -> list[str]:
+    """The CLI's lines about a profile: its hottest functions (when asked), samples, named
+    share and where that share comes from."""
+    lines: list[str] = []
+    total = sum(profile.stacks.values())
+    if hottest:
+        leaves: dict[str, int] = {}
+        for stack, count in profile.stacks.items():
+            leaves[stack[-1]] = leaves.get(stack[-1], 0) + count
+        ranked = sorted(leaves.items(), key=lambda item: (-item[1], item[0]))[:hottest]
+        lines.append("hottest functions (self samples):")
+        lines += [f"  {100 * count / (total or 1):5.1f}%  {count:6d}  {printable(name)[:200]}"
+                  for name, count in ranked]
+    lines.append(f"{profile.count_unit() + ':':<15}{total}")
+    named = profile.named()
+    if named is not None:
+        source = ("from the recording" if named.source == "meta.json" else
+                  f"computed from the frame names, {named.frames} sampled frames")
+        lines.append(f"{'named frames:':<15}{100 * named.share:.1f} % ({source})")
+    return lines
