@@ -8,243 +8,23 @@ webhook fails before it takes traffic rather than on the first pod.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from webhook import constants
-from webhook.policy.privilege import privilege_reasons
-
-TECHNIQUES = frozenset({"perf", "lttng", "bcc"})
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-
-
-class SettingsError(ValueError):
-    """A setting, profile or file is invalid; the message names the field and the problem."""
-
-
-@dataclass(frozen=True)
-class SharedVolume:
-    """An emptyDir mounted at the same path in the sidecar and in every app container."""
-
-    name: str
-    mount_path: str
-
-
-@dataclass(frozen=True)
-class HostPathVolume:
-    """A read-only hostPath mounted in the sidecar only (kernel headers for BCC)."""
-
-    name: str
-    path: str
-    type: str = ""
-
-
-@dataclass(frozen=True)
-class EnvHint:
-    """One environment variable an app container gets for a runtime (see profiles.yaml)."""
-
-    name: str
-    technique: str
-    value: str | None = None
-    append: str | None = None
-
-
-@dataclass(frozen=True)
-class Profile:
-    name: str
-    description: str
-    techniques: frozenset[str]
-    security_context: Mapping[str, Any]
-    shared_volumes: tuple[SharedVolume, ...] = ()
-    host_paths: tuple[HostPathVolume, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
-    share_process_namespace: bool = True
-
-    # Cached: the policy gate asks for every profile on every review, and a profile never
-    # changes after start-up (cached_property writes __dict__, so frozen is fine).
-    @functools.cached_property
-    def privilege_reasons(self) -> tuple[str, ...]:
-        """Why this profile needs an RBAC grant; empty when it is within Pod Security baseline."""
-        return privilege_reasons(self.security_context, tuple(h.path for h in self.host_paths))
-
-    @property
-    def requires_grant(self) -> bool:
-        return bool(self.privilege_reasons)
-
-
-@dataclass(frozen=True)
-class ProfileSet:
-    profiles: Mapping[str, Profile]
-    runtimes: Mapping[str, tuple[EnvHint, ...]]
-
-
-def _require(cond: bool, where: str, problem: str) -> None:
-    if not cond:
-        raise SettingsError(f"{where}: {problem}")
-
-
-def _parse_profile(raw: Any, where: str) -> Profile:
-    _require(isinstance(raw, dict), where, "must be a mapping")
-    known = {
-        "name",
-        "description",
-        "techniques",
-        "securityContext",
-        "sharedVolumes",
-        "hostPaths",
-        "env",
-        "shareProcessNamespace",
-    }
-    unknown = sorted(set(raw) - known)
-    _require(not unknown, where, f"unknown field(s) {unknown}; known: {sorted(known)}")
-    name = raw.get("name")
-    _require(
-        isinstance(name, str) and bool(_DNS_LABEL.match(name)),
-        f"{where}.name",
-        f"must be a DNS label (lower-case letters, digits, '-'), got {name!r}",
-    )
-    techniques = raw.get("techniques") or []
-    _require(
-        isinstance(techniques, list) and set(techniques) <= TECHNIQUES,
-        f"{where}.techniques",
-        f"must be a list drawn from {sorted(TECHNIQUES)}",
-    )
-    security_context = raw.get("securityContext") or {}
-    _require(isinstance(security_context, dict), f"{where}.securityContext", "must be a mapping")
-    shared: list[SharedVolume] = []
-    for i, vol in enumerate(raw.get("sharedVolumes") or []):
-        w = f"{where}.sharedVolumes[{i}]"
-        _require(
-            isinstance(vol, dict)
-            and isinstance(vol.get("name"), str)
-            and isinstance(vol.get("mountPath"), str),
-            w,
-            "needs string name and mountPath",
-        )
-        _require(bool(_DNS_LABEL.match(vol["name"])), f"{w}.name", "must be a DNS label")
-        _require(vol["mountPath"].startswith("/"), f"{w}.mountPath", "must be an absolute path")
-        shared.append(SharedVolume(vol["name"], vol["mountPath"].rstrip("/") or "/"))
-    host_paths: list[HostPathVolume] = []
-    for i, vol in enumerate(raw.get("hostPaths") or []):
-        w = f"{where}.hostPaths[{i}]"
-        _require(
-            isinstance(vol, dict)
-            and isinstance(vol.get("name"), str)
-            and isinstance(vol.get("path"), str),
-            w,
-            "needs string name and path",
-        )
-        _require(bool(_DNS_LABEL.match(vol["name"])), f"{w}.name", "must be a DNS label")
-        _require(vol["path"].startswith("/"), f"{w}.path", "must be an absolute path")
-        host_paths.append(HostPathVolume(vol["name"], vol["path"], str(vol.get("type", ""))))
-    env: list[tuple[str, str]] = []
-    for i, item in enumerate(raw.get("env") or []):
-        w = f"{where}.env[{i}]"
-        _require(
-            isinstance(item, dict)
-            and isinstance(item.get("name"), str)
-            and isinstance(item.get("value"), str),
-            w,
-            "needs string name and value",
-        )
-        env.append((item["name"], item["value"]))
-    share = raw.get("shareProcessNamespace", True)
-    _require(isinstance(share, bool), f"{where}.shareProcessNamespace", "must be true or false")
-    return Profile(
-        name=name,
-        description=str(raw.get("description", "")),
-        techniques=frozenset(techniques),
-        security_context=security_context,
-        shared_volumes=tuple(shared),
-        host_paths=tuple(host_paths),
-        env=tuple(env),
-        share_process_namespace=share,
-    )
-
-
-def _parse_runtimes(raw: Any, where: str) -> dict[str, tuple[EnvHint, ...]]:
-    _require(isinstance(raw, dict), where, "must be a mapping of runtime name to {env: [...]}")
-    runtimes: dict[str, tuple[EnvHint, ...]] = {}
-    for runtime, spec in raw.items():
-        w = f"{where}.{runtime}"
-        _require(
-            isinstance(spec, dict) and isinstance(spec.get("env", []), list),
-            w,
-            "must be a mapping with an env list",
-        )
-        hints: list[EnvHint] = []
-        for i, item in enumerate(spec.get("env", [])):
-            wi = f"{w}.env[{i}]"
-            _require(isinstance(item, dict), wi, "must be a mapping")
-            name, value, append = item.get("name"), item.get("value"), item.get("append")
-            _require(
-                isinstance(name, str) and bool(_ENV_NAME.match(name)),
-                f"{wi}.name",
-                "must be a valid environment variable name",
-            )
-            _require((value is None) != (append is None), wi, "needs exactly one of value, append")
-            _require(isinstance(value or append, str), wi, "value/append must be a string")
-            technique = item.get("technique")
-            _require(
-                technique in TECHNIQUES, f"{wi}.technique", f"must be one of {sorted(TECHNIQUES)}"
-            )
-            hints.append(EnvHint(name=name, technique=technique, value=value, append=append))
-        runtimes[str(runtime)] = tuple(hints)
-    return runtimes
-
-
-def parse_profile_set(document: Any, source: str) -> ProfileSet:
-    """Validate a ProfileSet document; errors name `source` and the path inside it."""
-    _require(isinstance(document, dict), source, "must be a mapping with `profiles`")
-    _require(
-        document.get("kind", "ProfileSet") == "ProfileSet", f"{source}: kind", "must be ProfileSet"
-    )
-    raw_profiles = document.get("profiles")
-    _require(
-        isinstance(raw_profiles, list) and bool(raw_profiles),
-        f"{source}: profiles",
-        "must be a non-empty list",
-    )
-    profiles: dict[str, Profile] = {}
-    for i, raw in enumerate(raw_profiles):
-        profile = _parse_profile(raw, f"{source}: profiles[{i}]")
-        _require(
-            profile.name not in profiles,
-            f"{source}: profiles[{i}].name",
-            f"duplicate profile {profile.name!r}",
-        )
-        profiles[profile.name] = profile
-    runtimes = _parse_runtimes(document.get("runtimes") or {}, f"{source}: runtimes")
-    return ProfileSet(profiles=profiles, runtimes=runtimes)
-
-
-def load_profile_set(path: str | None) -> ProfileSet:
-    """The profiles file at `path`, or the built-in one when `path` is None."""
-    if path is None:
-        text = resources.files("webhook").joinpath("data/profiles.yaml").read_text()
-        source = "built-in profiles.yaml"
-    else:
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise SettingsError(f"profilesFile: cannot read {path}: {exc.strerror}") from exc
-        source = path
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SettingsError(f"{source}: not valid YAML: {exc}") from exc
-    return parse_profile_set(document, source)
-
+from webhook.errors import SettingsError, require
+from webhook.profiles import (
+    DNS_LABEL,
+    Profile,
+    ProfileSet,
+    load_profile_set,
+)
 
 _DEFAULT_RESOURCES: Mapping[str, Any] = {
     "requests": {"cpu": "10m", "memory": "32Mi"},
@@ -346,7 +126,7 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         if name in ("sidecar_command", "sidecar_ready_command"):
             if isinstance(value, str):
                 value = json.loads(value) if value.startswith("[") else value.split()
-            _require(
+            require(
                 isinstance(value, list | tuple)
                 and all(isinstance(v, str) for v in value)
                 and len(value) > 0,
@@ -357,12 +137,12 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         if name == "excluded_namespaces":
             if isinstance(value, str):
                 value = [v.strip() for v in value.split(",") if v.strip()]
-            _require(isinstance(value, list | tuple | frozenset | set), where, "must be a list")
+            require(isinstance(value, list | tuple | frozenset | set), where, "must be a list")
             return frozenset(value) | constants.ALWAYS_EXCLUDED_NAMESPACES
         if name == "sidecar_resources":
             if isinstance(value, str):
                 value = json.loads(value)
-            _require(
+            require(
                 isinstance(value, dict) and set(value) <= {"requests", "limits"},
                 where,
                 "must be a mapping with requests and/or limits",
@@ -370,21 +150,21 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             return value
         if isinstance(default, bool):
             if isinstance(value, str):
-                _require(
+                require(
                     value.lower() in ("true", "false", "1", "0"), where, "must be true or false"
                 )
                 return value.lower() in ("true", "1")
-            _require(isinstance(value, bool), where, "must be true or false")
+            require(isinstance(value, bool), where, "must be true or false")
             return value
         if isinstance(default, int):
-            _require(not isinstance(value, bool), where, "must be an integer")
+            require(not isinstance(value, bool), where, "must be an integer")
             return int(value)
         if isinstance(default, float):
-            _require(not isinstance(value, bool), where, "must be a number")
+            require(not isinstance(value, bool), where, "must be a number")
             return float(value)
         if value is None:
             return None
-        _require(isinstance(value, str | int), where, "must be a string")
+        require(isinstance(value, str | int), where, "must be a string")
         return str(value)
     except (TypeError, ValueError) as exc:
         if isinstance(exc, SettingsError):
@@ -408,9 +188,9 @@ def load_settings(
             raise SettingsError(f"config file {config_file}: {exc.strerror}") from exc
         except yaml.YAMLError as exc:
             raise SettingsError(f"config file {config_file}: not valid YAML: {exc}") from exc
-        _require(isinstance(document, dict), config_file, "must be a mapping of settings")
+        require(isinstance(document, dict), config_file, "must be a mapping of settings")
         for key, value in document.items():
-            _require(
+            require(
                 key in _BY_CAMEL,
                 f"{config_file}: {key}",
                 f"unknown setting; known: {', '.join(sorted(_BY_CAMEL))}",
@@ -422,7 +202,7 @@ def load_settings(
             values[name] = _coerce(name, environ[env_name], f"environment {env_name}")
     for name, value in (overrides or {}).items():
         if value is not None:
-            _require(name in _FIELD_TYPES and name not in _DERIVED, name, "unknown setting")
+            require(name in _FIELD_TYPES and name not in _DERIVED, name, "unknown setting")
             values[name] = _coerce(name, value, "flag")
     values["profile_set"] = load_profile_set(values.get("profiles_file"))
     settings = Settings(**values)
@@ -437,11 +217,11 @@ def settings_from_document(
     ConfigMap, for `attach` and the session commands): no environment, no file is read, and
     `profile_set` stands for profilesFile (a path inside the webhook's pod). `ignore_unknown`
     skips keys a newer chart may add."""
-    _require(isinstance(document, dict), source, "must be a mapping of settings")
+    require(isinstance(document, dict), source, "must be a mapping of settings")
     values: dict[str, Any] = {}
     for key, value in document.items():
         if key not in _BY_CAMEL:
-            _require(
+            require(
                 ignore_unknown,
                 f"{source}: {key}",
                 f"unknown setting; known: {', '.join(sorted(_BY_CAMEL))}",
@@ -457,38 +237,38 @@ def settings_from_document(
 def validate(settings: Settings) -> None:
     for name, choices in _CHOICES.items():
         value = getattr(settings, name)
-        _require(
+        require(
             value in choices, _camel(name), f"must be one of {', '.join(choices)}, got {value!r}"
         )
-    _require(
-        bool(_DNS_LABEL.match(settings.sidecar_name)),
+    require(
+        bool(DNS_LABEL.match(settings.sidecar_name)),
         "sidecarName",
         f"must be a DNS label, got {settings.sidecar_name!r}",
     )
-    _require(bool(settings.toolset_image.strip()), "toolsetImage", "must not be empty")
-    _require(
+    require(bool(settings.toolset_image.strip()), "toolsetImage", "must not be empty")
+    require(
         settings.default_profile in settings.profiles,
         "defaultProfile",
         f"{settings.default_profile!r} is not a profile; known: "
         f"{', '.join(sorted(settings.profiles))}",
     )
-    _require(1 <= settings.port <= 65535, "port", f"must be 1..65535, got {settings.port}")
-    _require(
+    require(1 <= settings.port <= 65535, "port", f"must be 1..65535, got {settings.port}")
+    require(
         (settings.tls_cert_file is None) == (settings.tls_key_file is None),
         "tlsCertFile",
         "tlsCertFile and tlsKeyFile go together",
     )
-    _require(1 <= settings.workers <= 64, "workers", f"must be 1..64, got {settings.workers}")
-    _require(1 <= settings.threads <= 256, "threads", f"must be 1..256, got {settings.threads}")
-    _require(settings.max_request_bytes > 0, "maxRequestBytes", "must be positive")
+    require(1 <= settings.workers <= 64, "workers", f"must be 1..64, got {settings.workers}")
+    require(1 <= settings.threads <= 256, "threads", f"must be 1..256, got {settings.threads}")
+    require(settings.max_request_bytes > 0, "maxRequestBytes", "must be positive")
     for key in (
         "tls_handshake_timeout_seconds",
         "request_header_timeout_seconds",
         "request_body_timeout_seconds",
     ):
-        _require(0 < getattr(settings, key) <= 60, _camel(key), "must be in (0, 60]")
-    _require(settings.max_pod_containers > 0, "maxPodContainers", "must be positive")
-    _require(settings.max_patch_bytes > 0, "maxPatchBytes", "must be positive")
-    _require(0 < settings.sar_timeout_seconds <= 10, "sarTimeoutSeconds", "must be in (0, 10]")
+        require(0 < getattr(settings, key) <= 60, _camel(key), "must be in (0, 60]")
+    require(settings.max_pod_containers > 0, "maxPodContainers", "must be positive")
+    require(settings.max_patch_bytes > 0, "maxPatchBytes", "must be positive")
+    require(0 < settings.sar_timeout_seconds <= 10, "sarTimeoutSeconds", "must be in (0, 10]")
     for key in ("label_key", "label_enabled", "label_disabled"):
-        _require(bool(getattr(settings, key)), _camel(key), "must not be empty")
+        require(bool(getattr(settings, key)), _camel(key), "must not be empty")

@@ -23,7 +23,8 @@ from tests.chart.helm import (
     run_helm,
 )
 from tests.cluster import webhooks as cluster_webhooks
-from webhook.config import SettingsError, load_settings
+from webhook.config import load_settings
+from webhook.errors import SettingsError
 
 pytestmark = pytest.mark.chart
 

@@ -1,8 +1,8 @@
-"""Layering: the pure core (injection, the guard, the policy model and privilege rule, constants,
-settings, the flame graph renderer) imports neither the Kubernetes client nor the server (nor
-Flask) nor webhook.kube, not even lazily or through another module. Offline `inject`, `guard
-check`, `render` and the unit tests rely on that, and it keeps the core testable without a
-cluster."""
+"""Layering: the pure core (injection, the guard, the policy model and privilege rule, profiles,
+constants, settings, the flame graph renderer) imports neither the Kubernetes client nor the
+server (nor Flask) nor webhook.kube nor the AdmissionReview wire layer (webhook.admission), not
+even lazily or through another module. Offline `inject`, `guard check`, `render` and the unit
+tests rely on that, and it keeps the core testable without a cluster."""
 
 from __future__ import annotations
 
@@ -18,12 +18,16 @@ PURE_CORE = (
     *sorted(f"webhook.inject.{p.stem}" for p in (ROOT / "webhook" / "inject").glob("*.py")),
     *sorted(f"webhook.guard.{p.stem}" for p in (ROOT / "webhook" / "guard").glob("*.py")),
     *sorted(f"webhook.render.{p.stem}" for p in (ROOT / "webhook" / "render").glob("*.py")),
+    "webhook.policy.api",
     "webhook.policy.model",
     "webhook.policy.privilege",
     "webhook.constants",
     "webhook.config",
+    "webhook.profiles",
+    "webhook.errors",
+    "webhook.identity",
 )
-FORBIDDEN = ("kubernetes", "webhook.server", "webhook.kube", "flask")
+FORBIDDEN = ("kubernetes", "webhook.server", "webhook.kube", "webhook.admission", "flask")
 
 
 def module_file(module: str, root: Path = ROOT) -> Path | None:
@@ -111,3 +115,53 @@ def test_the_check_sees_lazy_and_indirect_imports(tmp_path: Path) -> None:
     assert forbidden_imports("webhook.inject.lazy", tmp_path) == [
         "webhook.inject.lazy -> kubernetes"
     ]
+
+
+def import_cycles(modules: tuple[str, ...], root: Path = ROOT) -> list[list[str]]:
+    """Cycles in the import graph of `modules` and the webhook modules they reach (every
+    import counts, TYPE_CHECKING ones too: a cycle there is still two modules that need each
+    other's definitions)."""
+    graph: dict[str, set[str]] = {}
+    pending = list(modules)
+    while pending:
+        module = pending.pop()
+        if module in graph:
+            continue
+        path = module_file(module, root)
+        found = imported_modules(path, root) if path else set()
+        edges = {m for m in found if m.startswith("webhook.")}
+        graph[module] = {m for m in edges if module_file(m, root) and m != module
+                         and not (root / m.replace(".", "/") / "__init__.py").is_file()}
+        pending.extend(graph[module])
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for nxt in sorted(graph.get(module, ())):
+            if state.get(nxt) == 1:
+                cycles.append([*path[path.index(nxt):], nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    return cycles
+
+
+def test_the_pure_core_has_no_import_cycles() -> None:
+    # The profile model and the privilege rule imported each other (issue 17, item 7).
+    assert import_cycles(PURE_CORE) == []
+
+
+def test_the_cycle_check_finds_a_type_checking_cycle(tmp_path: Path) -> None:
+    package = tmp_path / "webhook"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from webhook.b import f\n")
+    (package / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from webhook.a import A\n"
+    )
+    assert import_cycles(("webhook.a",), tmp_path) == [["webhook.a", "webhook.b", "webhook.a"]]

@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from webhook import constants
 from webhook.admission.review import Request
-from webhook.config import Profile, Settings
+from webhook.config import Settings
 from webhook.inject import shape
 from webhook.inject.attach import env_value, is_attached
 from webhook.inject.patch import create_patch
 from webhook.policy.api import PolicyEngine, PolicyRequest
 from webhook.policy.privilege import BASELINE_CAPABILITIES, privilege_reasons
+from webhook.profiles import Profile
 
 if TYPE_CHECKING:
     from webhook.kube.access import PodReader

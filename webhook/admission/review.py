@@ -11,18 +11,12 @@ import json
 from typing import Any, Literal, NotRequired, TypedDict
 
 from webhook import jsonio
+from webhook.identity import UserInfo
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
-
-
-class UserInfo(TypedDict, total=False):
-    username: str
-    uid: str
-    groups: list[str]
-    extra: dict[str, list[str]]
 
 
 class GroupVersionKind(TypedDict, total=False):

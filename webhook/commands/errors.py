@@ -25,7 +25,7 @@ class ExitRule:
 # The first class on the exception's MRO that is listed wins (PolicyError before SettingsError).
 ERRORS: dict[str, ExitRule] = {
     "webhook.policy.loader.PolicyError": ExitRule(EXIT_USAGE, "invalid policy"),
-    "webhook.config.SettingsError": ExitRule(EXIT_USAGE, "invalid settings"),
+    "webhook.errors.SettingsError": ExitRule(EXIT_USAGE, "invalid settings"),
     "webhook.results.export.settings.ExportSettingsError": ExitRule(EXIT_USAGE,
                                                                     "invalid export settings"),
     "webhook.kube.client.KubeConfigError": ExitRule(EXIT_USAGE, "Kubernetes configuration"),

@@ -16,7 +16,8 @@ from typing import BinaryIO, TextIO
 
 from webhook import manifest_yaml
 from webhook.commands.errors import EXIT_FAILED, EXIT_USAGE
-from webhook.config import Settings, SettingsError, load_settings
+from webhook.config import Settings, load_settings
+from webhook.errors import SettingsError
 from webhook.inject.workloads import WORKLOAD_KINDS, Outcome, inject_workload
 
 DESCRIPTION = """\

@@ -15,8 +15,9 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.admission.review import UserInfo
-from webhook.config import Settings, SettingsError, load_settings
+from webhook.config import Settings, load_settings
+from webhook.errors import SettingsError
+from webhook.identity import UserInfo
 from webhook.kube.access import AccessCheck, ClusterAPI, KubernetesClusterAPI
 from webhook.policy.api import PolicyRequest
 from webhook.policy.gate import Explanation, PolicyGate

@@ -19,7 +19,6 @@ Used by `sidecar-debug controller` and by `sidecar-debug sessions`.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import Any
 
 from webhook import constants
 from webhook.inject.attach import env_value, is_attached
+from webhook.inject.status import read_status
 
 INJECTED = constants.MODE_INJECTED
 STANDBY = constants.MODE_STANDBY
@@ -89,17 +89,6 @@ def field_dict(parent: Mapping[str, Any], key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _status_annotation(annotations: Mapping[str, Any]) -> dict[str, Any] | None:
-    raw = annotations.get(constants.ANNOTATION_STATUS)
-    if not isinstance(raw, str):
-        return None
-    try:
-        status = json.loads(raw)
-    except (ValueError, RecursionError):
-        return {}  # present but not ours: the pod still counts as injected if it has the sidecar
-    return status if isinstance(status, dict) else {}
-
-
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
@@ -122,14 +111,17 @@ def sessions_of(pod: Mapping[str, Any], sidecar_name: str = constants.DEFAULT_SI
     created = parse_time(metadata.get("creationTimestamp"))
     found: list[Session] = []
 
-    recorded = _status_annotation(annotations)
-    if recorded is not None:
-        profile, grant = _text(recorded.get("profile")), _text(recorded.get("grant"))
-        if recorded.get("mode") == STANDBY:
+    # A status that is not ours still counts as injected when the sidecar is there.
+    reading = read_status(pod)
+    if reading.present:
+        recorded = reading.status
+        profile = recorded.profile if recorded else ""
+        grant = recorded.grant if recorded else ""
+        if recorded is not None and recorded.standby:
             found.append(Session(namespace, name, uid, STANDBY, "", profile, grant, account,
                                  created, created, None))
         else:
-            sidecar = _text(recorded.get("container")) or sidecar_name
+            sidecar = (recorded.container if recorded else "") or sidecar_name
             present = {c["name"] for c in _named(spec.get("containers"))
                        + _named(spec.get("initContainers"))}
             if sidecar in present:

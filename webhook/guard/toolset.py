@@ -39,11 +39,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from webhook import constants
-from webhook.config import Profile, Settings
+from webhook.config import Settings
 from webhook.guard.pss import ContainerRef, Violation, quote, shown
 from webhook.inject.attach import build_attach_container, env_value, is_attached
 from webhook.inject.shape import type_name_with_article
 from webhook.inject.sidecar import InjectionPlan, app_containers, build_sidecar
+from webhook.profiles import Profile
 
 SERVICE_ACCOUNT_MOUNT: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"

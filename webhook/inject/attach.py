@@ -15,8 +15,9 @@ import copy
 from typing import Any
 
 from webhook import constants
-from webhook.config import Profile, Settings
+from webhook.config import Settings
 from webhook.inject.sidecar import app_containers, toolset_env
+from webhook.profiles import Profile
 
 
 def env_value(container: Any, name: str) -> str | None:

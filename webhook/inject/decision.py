@@ -7,15 +7,16 @@ decided by the webhook configuration's selectors; this function applies what the
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from webhook import constants
-from webhook.config import Profile, Settings
+from webhook.config import Settings
 from webhook.inject.shape import type_name
+from webhook.inject.status import read_status
+from webhook.profiles import Profile
 
 _FALSE_WORDS = frozenset({"false", "no", "off", "0", "disabled"})
 _TRUE_WORDS = frozenset({"true", "yes", "on", "1", "enabled"})
@@ -49,45 +50,26 @@ def pod_labels(pod: dict[str, Any]) -> dict[str, str]:
     return (pod.get("metadata") or {}).get("labels") or {}
 
 
-def _status_container(
-    annotations: Mapping[str, Any], settings: Settings, warnings: list[str]
-) -> str | None:
+def _status_container(pod: dict[str, Any], settings: Settings, warnings: list[str]) -> str | None:
     """The sidecar our status annotation names; None without the annotation. Anyone who can
     create the pod can write it, so a value that is not our status is reported and read as
     naming the default sidecar."""
-    raw = annotations.get(constants.ANNOTATION_STATUS)
-    if raw is None:
+    reading = read_status(pod)
+    if not reading.present:
         return None
-    problem = ""
-    container: Any = settings.sidecar_name
-    try:
-        status = json.loads(raw) if isinstance(raw, str) else raw
-    except (ValueError, RecursionError):
-        problem = "not JSON"
-    else:
-        if not isinstance(status, dict):
-            problem = f"a JSON {type_name(status)}, not an object"
-        elif "container" not in status and status.get("mode") != constants.MODE_STANDBY:
-            problem = 'it names no "container"'
-        else:
-            container = status.get("container", settings.sidecar_name)
-            if not isinstance(container, str) or not container:
-                problem = f'its "container" is a {type_name(container)}, not a container name'
-    if problem:
+    if reading.status is None:
         warnings.append(
             f"sidecar-debug: annotation {constants.ANNOTATION_STATUS} is not sidecar-debug's "
-            f"status ({problem}); ignored: the pod counts as injected only if it has a "
+            f"status ({reading.problem}); ignored: the pod counts as injected only if it has a "
             f"container named {settings.sidecar_name!r}"
         )
         return settings.sidecar_name
-    return str(container)
+    return reading.status.container or settings.sidecar_name
 
 
 def is_injected(pod: dict[str, Any], settings: Settings, warnings: list[str] | None = None) -> bool:
     """True when our status annotation is present and its sidecar is still in the pod."""
-    container = _status_container(
-        pod_annotations(pod), settings, [] if warnings is None else warnings
-    )
+    container = _status_container(pod, settings, [] if warnings is None else warnings)
     if container is None:
         return False
     spec = pod.get("spec") or {}
@@ -115,14 +97,8 @@ def _annotation(annotations: Mapping[str, Any], key: str, warnings: list[str]) -
 def wired_standby(pod: dict[str, Any]) -> bool:
     """True when our status annotation says the pod was wired in standby (it has no sidecar
     container to look for)."""
-    raw = pod_annotations(pod).get(constants.ANNOTATION_STATUS)
-    if not isinstance(raw, str):
-        return False
-    try:
-        status = json.loads(raw)
-    except (ValueError, RecursionError):
-        return False
-    return isinstance(status, dict) and status.get("mode") == constants.MODE_STANDBY
+    status = read_status(pod).status
+    return status is not None and status.standby
 
 
 def _os_in_selector_terms(affinity: Any) -> set[str] | None:

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webhook import constants
-from webhook.admission.review import UserInfo
 from webhook.config import Settings
+from webhook.identity import UserInfo
 from webhook.inject import shape
 from webhook.inject.decision import decide
 from webhook.inject.patch import create_patch

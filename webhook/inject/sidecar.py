@@ -10,8 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook import __version__, constants, jsonio
-from webhook.config import EnvHint, Profile, Settings
+from webhook import __version__, constants
+from webhook.config import Settings
+from webhook.inject.status import InjectionStatus
+from webhook.profiles import EnvHint, Profile
 
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 
@@ -211,10 +213,10 @@ def build_sidecar(
     return container
 
 
-def _write_status(metadata: dict[str, Any], plan: InjectionPlan, status: dict[str, Any]) -> None:
+def _write_status(metadata: dict[str, Any], plan: InjectionPlan, status: InjectionStatus) -> None:
     annotations: dict[str, str] = _slot(metadata, "annotations", dict)
     annotations.update(plan.extra_annotations)
-    annotations[constants.ANNOTATION_STATUS] = jsonio.dumps(status, sort_keys=True).decode()
+    status.write(annotations)
 
 
 def inject_pod(
@@ -299,16 +301,16 @@ def inject_pod(
             spec["shareProcessNamespace"] = True
 
     if standby:
-        standby_status = {
-            "version": __version__,
-            "mode": constants.MODE_STANDBY,
-            "profile": profile.name,
-            "requestedProfile": plan.requested_profile or profile.name,
-            "grant": plan.grant,
-            "reason": plan.reason,
-            "runtime": plan.runtime or "",
-            "volumes": [m["name"] for m in sidecar_mounts],
-        }
+        standby_status = InjectionStatus(
+            version=__version__,
+            mode=constants.MODE_STANDBY,
+            profile=profile.name,
+            requested_profile=plan.requested_profile or profile.name,
+            grant=plan.grant,
+            reason=plan.reason,
+            runtime=plan.runtime or "",
+            volumes=tuple(m["name"] for m in sidecar_mounts),
+        )
         _write_status(metadata, plan, standby_status)
         return mutated, notes
 
@@ -339,17 +341,16 @@ def inject_pod(
             annotations[DEFAULT_CONTAINER_ANNOTATION] = str(containers[0].get("name", ""))
         containers.insert(0, sidecar)
 
-    status = {
-        "version": __version__,
-        "profile": profile.name,
-        "requestedProfile": plan.requested_profile or profile.name,
-        "grant": plan.grant,
-        "reason": plan.reason,
-        "container": name,
-        "image": sidecar["image"],
-        "runtime": plan.runtime or "",
-        "volumes": [m["name"] for m in sidecar_mounts],
-    }
-    annotations.update(plan.extra_annotations)
-    annotations[constants.ANNOTATION_STATUS] = jsonio.dumps(status, sort_keys=True).decode()
+    status = InjectionStatus(
+        version=__version__,
+        profile=profile.name,
+        requested_profile=plan.requested_profile or profile.name,
+        grant=plan.grant,
+        reason=plan.reason,
+        container=name,
+        image=str(sidecar["image"]),
+        runtime=plan.runtime or "",
+        volumes=tuple(m["name"] for m in sidecar_mounts),
+    )
+    _write_status(metadata, plan, status)
     return mutated, notes

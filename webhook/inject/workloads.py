@@ -10,7 +10,6 @@ Each pod template gets an Outcome saying what happened and why, for the caller t
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -19,6 +18,7 @@ from webhook import constants
 from webhook.config import Settings
 from webhook.inject import pipeline
 from webhook.inject.decision import is_injected, wired_standby
+from webhook.inject.status import read_status
 
 # Where the pod template lives, by kind (apps/v1, batch/v1).
 TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
@@ -82,19 +82,6 @@ def describe(document: Any) -> str:
     return f"{document.get('kind') or '(no kind)'} {_name(document)!r}"
 
 
-def _status(template: dict[str, Any]) -> dict[str, Any] | None:
-    metadata = template.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-    raw = annotations.get(constants.ANNOTATION_STATUS) if isinstance(annotations, dict) else None
-    if not isinstance(raw, str):
-        return None
-    try:
-        status = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
-    return status if isinstance(status, dict) else None
-
-
 def _reinject_conflict(
     template: dict[str, Any],
     settings: Settings,
@@ -105,16 +92,12 @@ def _reinject_conflict(
     """Why an already injected pod cannot take the options asked for, or None. Offline
     `inject` refuses rather than re-injecting: the app containers carry our hints and mounts
     mixed with their own, and taking them out again cannot be told apart from the user's edits."""
-    status = _status(template)
+    status = read_status(template).status
     if status is None:
         return None
     if not (is_injected(template, settings) or wired_standby(template)):
         return None
-    had = {
-        "--profile": str(status.get("profile") or ""),
-        "--runtime": str(status.get("runtime") or ""),
-        "--mode": str(status.get("mode") or constants.MODE_INJECTED),
-    }
+    had = {"--profile": status.profile, "--runtime": status.runtime, "--mode": status.mode}
     asked = {"--profile": profile, "--runtime": runtime, "--mode": mode}
     differs = [
         f"{option} {value} (it has {had[option] or 'none'!s})"

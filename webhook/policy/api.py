@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from webhook import constants
-from webhook.admission.review import UserInfo
-from webhook.config import Profile
+from webhook.identity import UserInfo
+from webhook.profiles import Profile
 
 # What a policy does when the gate says no to the requested profile.
 Mode = Literal["downgrade", "skip", "deny"]

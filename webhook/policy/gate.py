@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from webhook import constants
-from webhook.config import Profile, Settings
+from webhook.config import Settings
 from webhook.kube.access import (
     AccessCheck,
     ClusterAPI,
@@ -45,6 +45,7 @@ from webhook.policy.model import (
     format_duration,
 )
 from webhook.policy.privilege import pod_security_violations
+from webhook.profiles import Profile
 
 log = logging.getLogger(__name__)
 
@@ -654,7 +655,9 @@ class PolicyGate:
         except ClusterAPIError as exc:
             log.debug("no Pod Security check for namespace %s: %s", namespace, exc)
             return []
-        violations = pod_security_violations(profile, level)
+        violations = pod_security_violations(
+            profile.security_context, [h.path for h in profile.host_paths], level
+        )
         if not violations:
             return []
         return [

@@ -19,7 +19,7 @@ from typing import Any, cast
 import jsonschema
 import yaml
 
-from webhook.config import Profile, SettingsError
+from webhook.errors import SettingsError
 from webhook.policy.model import (
     Identities,
     LabelSelector,
@@ -28,6 +28,7 @@ from webhook.policy.model import (
     RuleSettings,
     parse_duration,
 )
+from webhook.profiles import Profile
 
 log = logging.getLogger(__name__)
 

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from webhook.config import Profile
+from typing import Any
 
 # Capabilities the Pod Security "baseline" level lets a container add; anything else is a grant.
 BASELINE_CAPABILITIES = frozenset(
@@ -52,11 +49,14 @@ def privilege_reasons(
     return tuple(reasons)
 
 
-def pod_security_violations(profile: Profile, level: str) -> list[str]:
-    """What in the sidecar's securityContext a Pod Security `level` namespace would reject."""
+def pod_security_violations(
+    security_context: Mapping[str, Any], host_paths: Sequence[str], level: str
+) -> list[str]:
+    """What in a sidecar with this securityContext and these hostPath mounts a Pod Security
+    `level` namespace would reject."""
     if level not in ("baseline", "restricted"):
         return []
-    sc = profile.security_context
+    sc = security_context
     found: list[str] = []
     if sc.get("privileged"):
         found.append("privileged")
@@ -64,7 +64,7 @@ def pod_security_violations(profile: Profile, level: str) -> list[str]:
     allowed_caps = BASELINE_CAPABILITIES if level == "baseline" else frozenset({"NET_BIND_SERVICE"})
     if added - allowed_caps:
         found.append("capabilities " + ", ".join(sorted(added - allowed_caps)))
-    if profile.host_paths:
+    if host_paths:
         found.append("hostPath volumes")
     if level == "restricted":
         if sc.get("allowPrivilegeEscalation") is not False:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from webhook import constants, render
-from webhook.config import Profile, Settings, load_settings
+from webhook.config import Settings, load_settings
 from webhook.inject.attach import (
     attached_name,
     build_attach_container,
@@ -38,7 +38,9 @@ from webhook.inject.attach import (
     default_target,
     is_attached,
 )
+from webhook.inject.status import read_status
 from webhook.kube import client as kube
+from webhook.profiles import Profile
 from webhook.render import inputs
 from webhook.results import folded as folded_stacks
 from webhook.sessions import copyback
@@ -290,16 +292,8 @@ def find_toolset_container(pod: dict[str, Any], requested: str | None, sidecar_n
             raise SessionError(f"pod has no container {requested!r} (containers: "
                                f"{', '.join(every)})", EXIT_USAGE)
         return requested
-    annotation = ((pod.get("metadata") or {}).get("annotations") or {}).get(
-        constants.ANNOTATION_STATUS)
-    injected = sidecar_name
-    if annotation:
-        try:
-            named = json.loads(annotation).get("container")
-        except (ValueError, AttributeError):
-            named = None
-        if isinstance(named, str) and named:
-            injected = named
+    recorded = read_status(pod).status
+    injected = (recorded.container if recorded else "") or sidecar_name
     if injected in names or injected in init_names:
         return injected
     running = {
@@ -361,12 +355,8 @@ def verify_toolset_container(pod: dict[str, Any], name: str, expected: str | Non
     if name in ephemeral and not is_attached(container):
         raise refuse("it is an ephemeral container that `sidecar-debug attach` did not add")
     if expected is None:
-        annotation = ((pod.get("metadata") or {}).get("annotations") or {}).get(
-            constants.ANNOTATION_STATUS)
-        try:
-            recorded = json.loads(annotation).get("image") if annotation else None
-        except (ValueError, AttributeError):
-            recorded = None
+        status = read_status(pod).status
+        recorded = status.image if status else None
         command = container.get("command")
         entrypoint = command[0] if isinstance(command, list) and command else ""
         if Path(str(entrypoint)).name != constants.TOOLSET_ENTRYPOINT:

@@ -34,7 +34,7 @@ def test_unreadable_input_names_the_file(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_the_table_matches_along_the_class_hierarchy(capsys: pytest.CaptureFixture[str]) -> None:
-    from webhook.config import SettingsError
+    from webhook.errors import SettingsError
     from webhook.policy.loader import PolicyError, Problem
 
     assert errors.handle(SettingsError("port: not a number")) == 2

@@ -16,7 +16,8 @@ from tests.unit.core_helpers import (
 )
 from webhook import constants
 from webhook.admission.review import decode_patch
-from webhook.config import SettingsError, load_settings
+from webhook.config import load_settings
+from webhook.errors import SettingsError
 from webhook.inject.decision import decide
 
 

@@ -20,7 +20,8 @@ from tests.unit.policy.test_policy import (
     write,
 )
 from webhook import constants
-from webhook.config import SettingsError, load_settings
+from webhook.config import load_settings
+from webhook.errors import SettingsError
 from webhook.inject import pipeline
 from webhook.inject.workloads import inject_document
 from webhook.policy.api import AllowAll, PolicyRequest, PolicyResult

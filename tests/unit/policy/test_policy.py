@@ -12,14 +12,15 @@ import pytest
 import yaml
 
 from webhook import constants
-from webhook.admission.review import UserInfo
 from webhook.config import Settings, load_settings
+from webhook.identity import UserInfo
 from webhook.kube.access import AccessCheck, ClusterAPIError
 from webhook.policy.api import PolicyRequest
 from webhook.policy.gate import PolicyGate, is_controller_identity, load_policy_engine
 from webhook.policy.loader import BUILTIN_POLICY, PolicyError, PolicyStore, load_policy
 from webhook.policy.model import parse_duration
 from webhook.policy.privilege import pod_security_violations
+from webhook.profiles import Profile
 
 REPO = Path(__file__).resolve().parents[3]
 NOW = dt.datetime(2026, 12, 2, 12, 0, 0, tzinfo=dt.UTC)
@@ -552,13 +553,19 @@ def test_pod_security_warning_for_privileged_result(settings: Settings) -> None:
     assert lttng.warnings == ()
 
 
+def _violations(profile: Profile, level: str) -> list[str]:
+    return pod_security_violations(
+        profile.security_context, [h.path for h in profile.host_paths], level
+    )
+
+
 def test_pod_security_levels() -> None:
     profiles = load_settings(environ={}).profiles
-    assert pod_security_violations(profiles["full"], "privileged") == []
-    assert "privileged" in pod_security_violations(profiles["full"], "baseline")
-    assert pod_security_violations(profiles["lttng"], "baseline") == []
-    assert "runs as root" in pod_security_violations(profiles["lttng"], "restricted")
-    assert any("capabilities" in v for v in pod_security_violations(profiles["perf"], "baseline"))
+    assert _violations(profiles["full"], "privileged") == []
+    assert "privileged" in _violations(profiles["full"], "baseline")
+    assert _violations(profiles["lttng"], "baseline") == []
+    assert "runs as root" in _violations(profiles["lttng"], "restricted")
+    assert any("capabilities" in v for v in _violations(profiles["perf"], "baseline"))
 
 
 def test_namespace_lookup_failure_only_drops_the_warning(settings: Settings) -> None:
