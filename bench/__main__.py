@@ -18,7 +18,8 @@ from bench import handler, loadgen, report, scaling, servers, stub_api
 from bench.servers import ServerSpec
 from webhook.config import Settings
 
-SECTIONS = ("handler", "workers", "slow-clients", "scaling", "memory", "e2e", "render")
+SECTIONS = ("handler", "guard", "workers", "slow-clients", "scaling", "memory", "e2e",
+            "render")
 WORKER_CONFIGS = (
     "sync:2,gthread:2x4,balanced:1x4,balanced:2x1,balanced:2x2,balanced:2x4,balanced:2x8,"
     "balanced:3x4,balanced:4x2"
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         raise SystemExit(f"unknown section(s) {sorted(unknown)}; known: {', '.join(SECTIONS)}")
-    served = {"handler", "workers", "slow-clients", "memory"} & set(sections)
+    served = {"handler", "guard", "workers", "slow-clients", "memory"} & set(sections)
     if served and not loadgen.wrk_available():
         raise SystemExit("wrk is missing: apt-get install wrk (scripts/setup.sh does)")
     if args.no_cluster and "e2e" in sections:
@@ -138,6 +139,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         spec = ServerSpec(workers=args.workers, threads=args.threads, env=env)
         if "handler" in sections:
             results["handler"] = handler.handler_cost(
+                cert, key, workdir, spec, shapes=shapes, concurrencies=concurrencies,
+                seconds=args.seconds, rounds=args.handler_rounds, log=_log)
+            save()
+        if "guard" in sections:
+            results["guard"] = handler.guard_cost(
                 cert, key, workdir, spec, shapes=shapes, concurrencies=concurrencies,
                 seconds=args.seconds, rounds=args.handler_rounds, log=_log)
             save()

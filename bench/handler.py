@@ -74,6 +74,62 @@ def handler_cost(cert: Path, key: Path, workdir: Path, spec: ServerSpec, *,
             "points": points, "comparisons": compare(points)}
 
 
+def guard_body(mutate_body: bytes, response: Mapping[str, Any]) -> bytes:
+    """The guard's review of the pod the webhook just injected: what the apiserver sends to the
+    validating webhook after the mutation (same request, patched object)."""
+    import base64
+
+    from webhook.inject.patch import apply_patch
+
+    review = json.loads(mutate_body)
+    patch = json.loads(base64.b64decode(response["patch"]))
+    review["request"]["object"] = apply_patch(review["request"]["object"], patch)
+    return json.dumps(review, separators=(",", ":")).encode()
+
+
+def check_guard_allows(url: str, body: bytes) -> None:
+    review = json.loads(servers.post(url + "/validate-pods", body, timeout=30))
+    response = review.get("response") or {}
+    if not response.get("allowed"):
+        raise RuntimeError(f"the guard refused the injected pod: {json.dumps(response)[:500]}")
+
+
+def guard_cost(cert: Path, key: Path, workdir: Path, spec: ServerSpec, *,
+               shapes: Sequence[str], concurrencies: Sequence[int], seconds: float,
+               log: Log, rounds: int = 1) -> dict[str, Any]:
+    """The guard (/validate-pods) on the pod the webhook injected, next to the null handler on
+    the same stack, interleaved round by round as handler_cost does: what the guard's checks
+    (Pod Security, toolset verification, the cached grant and namespace) cost per review."""
+    null_spec = ServerSpec(app="null", workers=spec.workers, threads=spec.threads,
+                           worker_class=spec.worker_class, env=spec.env)
+    points: list[dict[str, Any]] = []
+    with servers.serve(spec, cert, key, workdir) as webhook, \
+            servers.serve(null_spec, cert, key, workdir) as null:
+        for shape in shapes:
+            mutate_body = pods.review_body(shape)
+            body = guard_body(mutate_body, check_injects(webhook.url, mutate_body))
+            check_guard_allows(webhook.url, body)
+            for server in (webhook, null):
+                loadgen.run(server.url + "/validate-pods", body, 8, min(2.0, seconds))
+            for concurrency in concurrencies:
+                for round_index in range(rounds):
+                    for name, server in (("webhook", webhook), ("null", null)):
+                        cpu = server.cpu_seconds()
+                        result = loadgen.run(server.url + "/validate-pods", body, concurrency,
+                                             seconds)
+                        point = _point(name, shape, result)
+                        point["round"] = round_index
+                        point["cpu_ms_per_review"] = _per_review(
+                            server.cpu_seconds() - cpu, result)
+                        points.append(point)
+                        log(f"guard   {shape:8} c={concurrency:<3} {name:10} "
+                            f"{result.rps:8.1f}/s p50 {result.p50_ms:7.2f} ms  "
+                            f"p99 {result.p99_ms:7.2f} ms  "
+                            f"cpu {point['cpu_ms_per_review']:.3f} ms/review")
+    return {"server": spec.label(), "seconds_per_point": seconds, "rounds": rounds,
+            "points": points, "comparisons": compare(points)}
+
+
 def median_points(points: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, int],
                                                                  dict[str, Any]]:
     """(server, shape, concurrency) -> its median round by reviews/s, with every round's

@@ -75,6 +75,15 @@ def targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
                                 2000 / cpu >= MIN_RPS,
                                 f"{2000 / cpu:.0f} reviews/s ({cpu:.2f} ms CPU per review)",
                                 f">= {MIN_RPS:.0f}/s"))
+    guard = results.get("guard")
+    typical_guard = next((c for c in (guard or {}).get("comparisons", [])
+                          if c["shape"] == "typical" and c["concurrency"] == 8), None)
+    if typical_guard:
+        rows.append(_target(
+            "guard p99 vs null handler, typical injected pod, concurrency 8",
+            typical_guard["p99_delta_ms"] <= P99_BUDGET_MS,
+            f"{typical_guard['p99_delta_ms']:+.2f} ms ({typical_guard['webhook_p99_ms']:.2f} vs "
+            f"{typical_guard['null_p99_ms']:.2f} ms)", f"<= +{P99_BUDGET_MS} ms"))
     scaling = results.get("scaling")
     if scaling:
         fit = scaling["fit"]
@@ -151,6 +160,18 @@ def render(results: Mapping[str, Any]) -> str:
               f"{c.get('null_flask_rps') or 0:.0f}", c.get("null_flask_cpu_ms"),
               flask_cost_ms(c)]
              for c in handler["comparisons"]]))
+    guard = results.get("guard")
+    if guard:
+        out.append(f"\n1b. The guard (/validate-pods) on the injected pod, over TLS on loopback "
+                   f"({guard['server']}, wrk, {guard['seconds_per_point']} s per point)")
+        out.append(_table(
+            ["pod", "conc", "guard/s", "null/s", "ratio", "p50 ms", "null p50", "p99 ms",
+             "null p99", "p99 +ms", "cpu ms", "null cpu"],
+            [[c["shape"], c["concurrency"], f"{c['webhook_rps']:.0f}", f"{c['null_rps']:.0f}",
+              c["rps_ratio"], f"{c['webhook_p50_ms']:.2f}", f"{c['null_p50_ms']:.2f}",
+              f"{c['webhook_p99_ms']:.2f}", f"{c['null_p99_ms']:.2f}",
+              f"{c['p99_delta_ms']:+.2f}", c.get("webhook_cpu_ms"), c.get("null_cpu_ms")]
+             for c in guard["comparisons"]]))
     workers = results.get("workers")
     if workers:
         out.append("\nWorker class and count (webhook, typical pod; median of the rounds)")

@@ -91,6 +91,15 @@ class Settings:
     service_name: str = constants.PRODUCT
     webhook_configuration: str = constants.PRODUCT
     cluster_domain: str = "cluster.local"
+    # The guard (webhook.admission.guard, /validate-pods): the Pod Security Standards level of
+    # guarded namespaces (a namespace label or policy rule may make it stricter), who may change
+    # the annotations the webhook writes (the chart: the webhook's and the controller's service
+    # accounts), and Pod Security admission's exemptions.
+    guard_level: str = "baseline"
+    annotation_owners: frozenset[str] = frozenset()
+    guard_exempt_usernames: frozenset[str] = frozenset()
+    guard_exempt_runtime_class_names: frozenset[str] = frozenset()
+    guard_exempt_namespaces: frozenset[str] = frozenset()
 
     @property
     def profiles(self) -> Mapping[str, Profile]:
@@ -107,6 +116,7 @@ _CHOICES = {
     "certificates_mode": ("self", "certManager", "provided"),
     "log_level": ("DEBUG", "INFO", "WARNING", "ERROR"),
     "default_mode": constants.MODES,
+    "guard_level": ("baseline", "restricted"),
 }
 
 
@@ -134,11 +144,18 @@ def _coerce(name: str, value: Any, source: str) -> Any:
                 "must be a non-empty list of strings",
             )
             return tuple(value)
-        if name == "excluded_namespaces":
+        if isinstance(default, frozenset):
             if isinstance(value, str):
                 value = [v.strip() for v in value.split(",") if v.strip()]
-            require(isinstance(value, list | tuple | frozenset | set), where, "must be a list")
-            return frozenset(value) | constants.ALWAYS_EXCLUDED_NAMESPACES
+            require(
+                isinstance(value, list | tuple | frozenset | set)
+                and all(isinstance(v, str) and v for v in value),
+                where,
+                "must be a list of names",
+            )
+            if name == "excluded_namespaces":
+                return frozenset(value) | constants.ALWAYS_EXCLUDED_NAMESPACES
+            return frozenset(value)
         if name == "sidecar_resources":
             if isinstance(value, str):
                 value = json.loads(value)

@@ -40,6 +40,13 @@ ANNOTATION_OVERDUE_AFTER: Final = (
     f"{DOMAIN}/overdue-after"  # RFC 3339 time set by a policy's maxSessionDuration
 )
 
+# Annotations only the webhook and the controller may change (webhook.admission.guard checks every
+# UPDATE of a pod in a guarded namespace; settings.annotationOwners names who they are).
+OWNED_ANNOTATIONS: Final = (ANNOTATION_STATUS, ANNOTATION_OVERDUE_AFTER)
+# Namespace label that puts a namespace under the guard besides the opt-in label (the chart's
+# guard entries select it), and names its Pod Security level: baseline | restricted.
+LABEL_GUARD: Final = f"{DOMAIN}/guard"
+
 # Node labels and pod fields that say which OS a pod runs on (the toolset is a Linux image).
 LABEL_OS: Final = "kubernetes.io/os"
 LABEL_OS_BETA: Final = "beta.kubernetes.io/os"

@@ -24,6 +24,16 @@ LATENCY = Histogram(
     "Time to answer one admission review, from parsed body to response.",
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
+GUARD_REVIEWS = Counter(
+    "sidecar_debug_guard_reviews_total",
+    "Reviews of the guard (/validate-pods), by decision (allowed, denied) and reason.",
+    ["decision", "reason"],
+)
+GUARD_LATENCY = Histogram(
+    "sidecar_debug_guard_review_duration_seconds",
+    "Time to answer one review of the guard, from parsed body to response.",
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
 HTTP_ERRORS = Counter(
     "sidecar_debug_http_errors_total",
     "Requests refused before review (bad content type, size, JSON), by status code.",

@@ -172,3 +172,7 @@ class Manifest(list[dict[str, Any]]):
     def webhooks(self) -> dict[str, dict[str, Any]]:
         mwc = self.one("MutatingWebhookConfiguration", FULLNAME)
         return {hook["name"]: hook for hook in mwc["webhooks"]}
+
+    def validating_webhooks(self) -> dict[str, dict[str, Any]]:
+        vwc = self.one("ValidatingWebhookConfiguration", FULLNAME)
+        return {hook["name"]: hook for hook in vwc["webhooks"]}

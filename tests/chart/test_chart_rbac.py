@@ -318,10 +318,14 @@ def test_from_kubernetes_1_22_the_pod_is_not_read() -> None:
     used = [c.permission for c in calls if c.permission not in LEGACY_EPHEMERAL_CALLS]
     grants = grants_of(render(kube_version=KUBE_NEW), FULLNAME)
     _compare(used, [g.permission for g in grants], _where(calls))
-    # Without the ephemeral-containers entry no review ever needs the pod.
-    grants = grants_of(render(sets=["injection.ephemeralContainers=false"],
-                              kube_version=KUBE_OLD), FULLNAME)  # fmt: skip
+    # Without the ephemeral-containers entry and the guard no review ever needs the pod; the
+    # guard alone does (it checks an added ephemeral container as part of its pod).
+    off = ["injection.ephemeralContainers=false"]
+    grants = grants_of(render(sets=[*off, "guard.enabled=false"], kube_version=KUBE_OLD),
+                       FULLNAME)
     assert not LEGACY_EPHEMERAL_CALLS & {g.permission for g in grants}
+    grants = grants_of(render(sets=off, kube_version=KUBE_OLD), FULLNAME)
+    assert LEGACY_EPHEMERAL_CALLS <= {g.permission for g in grants}
 
 
 @pytest.mark.parametrize("scenario", ["certmanager", "provided"])

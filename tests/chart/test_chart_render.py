@@ -21,6 +21,7 @@ from tests.chart.helm import (
     notes,
     render,
     run_helm,
+    template_error,
 )
 from tests.cluster import webhooks as cluster_webhooks
 from webhook.config import load_settings
@@ -38,7 +39,26 @@ EPHEMERAL_RULES = [
     {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
      "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"},
 ]  # fmt: skip
-ENTRIES = ["namespace.sidecar-debug.io", "pod.sidecar-debug.io", "ephemeral.sidecar-debug.io"]
+EPHEMERAL_ENTRIES = [
+    "ephemeral-guarded.sidecar-debug.io",
+    "ephemeral-guard-label.sidecar-debug.io",
+    "ephemeral.sidecar-debug.io",
+]
+ENTRIES = ["namespace.sidecar-debug.io", "pod.sidecar-debug.io", *EPHEMERAL_ENTRIES]
+GUARD_ENTRIES = ["guard.sidecar-debug.io", "guard-label.sidecar-debug.io"]
+GUARD_RULES = [
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+     "resources": ["pods"], "scope": "Namespaced"},
+    *EPHEMERAL_RULES,
+]  # fmt: skip
+# The three disjoint parts of the namespaces: opted in; guard-labelled; neither.
+GUARDED_OPT_IN = {"debug": ("In", ["enabled"]), "kubernetes.io/metadata.name": ("NotIn", EXCLUDED)}
+GUARDED_LABEL = {
+    "debug": ("NotIn", ["enabled"]),
+    "sidecar-debug.io/guard": ("Exists", []),
+    "kubernetes.io/metadata.name": ("NotIn", EXCLUDED),
+}
+UNGUARDED = {**GUARDED_LABEL, "sidecar-debug.io/guard": ("DoesNotExist", [])}
 
 
 def ci(name: str) -> Path:
@@ -52,20 +72,22 @@ def expressions(selector: dict[str, Any]) -> dict[str, tuple[str, list[str]]]:
 # ---------------------------------------------------------------- MutatingWebhookConfiguration
 
 
-def test_three_webhook_entries_with_fixed_admission_settings() -> None:
+def test_webhook_entries_with_fixed_admission_settings() -> None:
     manifest = render()
     hooks = manifest.webhooks()
     assert list(hooks) == ENTRIES
     for hook in hooks.values():
         assert hook["admissionReviewVersions"] == ["v1"]
         assert hook["sideEffects"] == "None"
-        assert hook["failurePolicy"] == "Ignore"
+        # Ephemeral containers in guarded namespaces fail closed (issue 17).
+        guarded = hook["name"] in EPHEMERAL_ENTRIES[:2]
+        assert hook["failurePolicy"] == ("Fail" if guarded else "Ignore")
         assert hook["timeoutSeconds"] == 5
         assert hook["reinvocationPolicy"] == "IfNeeded"
         assert hook["matchPolicy"] == "Equivalent"
         # Pods created, and ephemeral containers added to running pods (attach, kubectl debug):
         # both go through the same gate.
-        ephemeral = hook["name"] == "ephemeral.sidecar-debug.io"
+        ephemeral = hook["name"] in EPHEMERAL_ENTRIES
         assert hook["rules"] == (EPHEMERAL_RULES if ephemeral else POD_RULES)
         assert hook["clientConfig"]["service"] == {
             "name": FULLNAME, "namespace": NAMESPACE, "path": "/mutate", "port": 443,
@@ -113,7 +135,7 @@ def test_label_key_and_values_and_extra_exclusions_are_values() -> None:
 
 def test_failure_policy_and_timeout_are_values() -> None:
     manifest = render([ci("failure-policy-fail")])
-    for hook in manifest.webhooks().values():
+    for hook in manifest.webhooks().values():  # the guarded ephemeral entries: Fail anyway
         assert hook["failurePolicy"] == "Fail"
         assert hook["timeoutSeconds"] == 10
     assert manifest.pod_spec()["priorityClassName"] == "system-cluster-critical"
@@ -127,21 +149,23 @@ def test_local_test_webhooks_register_what_the_chart_registers() -> None:
     assert unique == {json.dumps(rule, sort_keys=True) for rule in cluster_webhooks.POD_RULES}
 
 
-def test_ephemeral_containers_entry_reviews_every_pod_outside_the_excluded_namespaces() -> None:
-    """No opt-in label decides it: on 1.20/1.21 the reviewed EphemeralContainers object has no
-    pod labels, and a pod label (debug=disabled) must not be a way around the gate."""
-    hook = render().webhooks()["ephemeral.sidecar-debug.io"]
-    assert "objectSelector" not in hook
-    assert expressions(hook["namespaceSelector"]) == {
-        "kubernetes.io/metadata.name": ("NotIn", EXCLUDED),
-    }  # fmt: skip
+def test_ephemeral_containers_entries_review_every_pod_outside_the_excluded_namespaces() -> None:
+    """No pod label decides it: on 1.20/1.21 the reviewed EphemeralContainers object has no
+    pod labels, and a pod label (debug=disabled) must not be a way around the gate. The three
+    entries split the namespaces: guarded ones (Fail), the others (webhook.failurePolicy)."""
+    hooks = render().webhooks()
+    selectors = [expressions(hooks[name]["namespaceSelector"]) for name in EPHEMERAL_ENTRIES]
+    assert selectors == [GUARDED_OPT_IN, GUARDED_LABEL, UNGUARDED]
+    assert all("objectSelector" not in hooks[name] for name in EPHEMERAL_ENTRIES)
+    failure = [hooks[name]["failurePolicy"] for name in EPHEMERAL_ENTRIES]
+    assert failure == ["Fail", "Fail", "Ignore"]
 
 
 def test_entries_can_be_switched_off() -> None:
     hooks = render(sets=["injection.podOptIn=false"]).webhooks()
-    assert list(hooks) == ["namespace.sidecar-debug.io", "ephemeral.sidecar-debug.io"]
+    assert list(hooks) == ["namespace.sidecar-debug.io", *EPHEMERAL_ENTRIES]
     hooks = render(sets=["injection.podOptIn=false", "injection.namespaceOptIn=false"]).webhooks()
-    assert list(hooks) == ["ephemeral.sidecar-debug.io"]
+    assert list(hooks) == EPHEMERAL_ENTRIES
     manifest = render(sets=["injection.podOptIn=false", "injection.namespaceOptIn=false",
                             "injection.ephemeralContainers=false"])  # fmt: skip
     assert not manifest.has("MutatingWebhookConfiguration")
@@ -157,13 +181,14 @@ def test_release_namespace_is_always_excluded() -> None:
 
 
 def test_namespace_gate_off_by_default() -> None:
-    assert not render().has("ValidatingWebhookConfiguration")
+    assert list(render().validating_webhooks()) == GUARD_ENTRIES
 
 
 def test_namespace_gate() -> None:
     manifest = render([ci("namespace-gate")])
     vwc = manifest.one("ValidatingWebhookConfiguration", FULLNAME)
-    (hook,) = vwc["webhooks"]
+    *guard, hook = vwc["webhooks"]
+    assert [entry["name"] for entry in guard] == GUARD_ENTRIES
     assert hook["name"] == "namespace-gate.sidecar-debug.io"
     assert hook["clientConfig"]["service"]["path"] == "/validate-namespace"
     assert hook["rules"][0]["resources"] == ["namespaces"]
@@ -183,6 +208,56 @@ def test_namespace_gate_with_cert_manager() -> None:
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         annotations = manifest.one(kind, FULLNAME)["metadata"]["annotations"]
         assert annotations["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/{FULLNAME}-serving"
+
+
+# ---------------------------------------------------------------- the guard
+
+
+def test_guard_entries_fail_closed_in_guarded_namespaces_only() -> None:
+    """Issue 17: pods CREATE/UPDATE and ephemeral containers, after every mutation, Fail; each
+    namespace part is sent once, unguarded namespaces never (an outage cannot block them)."""
+    hooks = render().validating_webhooks()
+    assert [expressions(hooks[name]["namespaceSelector"]) for name in GUARD_ENTRIES] == [
+        GUARDED_OPT_IN, GUARDED_LABEL,
+    ]  # fmt: skip
+    for hook in hooks.values():
+        assert hook["rules"] == GUARD_RULES
+        assert hook["failurePolicy"] == "Fail"
+        assert hook["timeoutSeconds"] == 10
+        assert hook["sideEffects"] == "None" and hook["matchPolicy"] == "Equivalent"
+        assert "objectSelector" not in hook  # pod labels are the pod creator's
+        assert hook["clientConfig"]["service"] == {
+            "name": FULLNAME, "namespace": NAMESPACE, "path": "/validate-pods", "port": 443,
+        }  # fmt: skip
+        assert "caBundle" not in hook["clientConfig"]
+
+
+def test_guard_settings_name_the_annotation_owners() -> None:
+    config = render(sets=["guard.level=restricted", "guard.annotationOwners={ops}",
+                          "guard.exemptions.usernames={system:serviceaccount:ci:deployer}"],
+                    ).config()  # fmt: skip
+    assert config["guardLevel"] == "restricted"
+    assert config["annotationOwners"] == [
+        f"system:serviceaccount:{NAMESPACE}:{FULLNAME}",
+        f"system:serviceaccount:{NAMESPACE}:{FULLNAME}-controller",
+        "ops",
+    ]  # fmt: skip
+    assert config["guardExemptUsernames"] == ["system:serviceaccount:ci:deployer"]
+    no_controller = render(sets=["controller.enabled=false"]).config()
+    assert no_controller["annotationOwners"] == [f"system:serviceaccount:{NAMESPACE}:{FULLNAME}"]
+
+
+def test_guard_can_be_switched_off() -> None:
+    manifest = render(sets=["guard.enabled=false"])
+    assert not manifest.has("ValidatingWebhookConfiguration")
+    gate = render([ci("namespace-gate")], sets=["guard.enabled=false"]).validating_webhooks()
+    assert list(gate) == ["namespace-gate.sidecar-debug.io"]
+
+
+@pytest.mark.parametrize("value", ["guard.level=privileged", "guard.timeoutSeconds=0",
+                                   "guard.failurePolicy=Ignore"])
+def test_guard_values_are_checked(value: str) -> None:
+    assert "guard" in template_error(sets=[value])
 
 
 # ---------------------------------------------------------------- RBAC

@@ -89,6 +89,30 @@ def mutating_webhook_configuration(
     }
 
 
+# The guard's rules (the chart's ValidatingWebhookConfiguration, tests/chart/test_chart_render.py).
+GUARD_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+     "resources": ["pods"], "scope": "Namespaced"},
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+     "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"},
+]
+
+
+def validating_webhook_configuration(
+    name: str, *, service: str, namespace: str, ca_pem: bytes, path: str = "/validate-pods",
+    namespace_selector: dict[str, Any] | None = None, timeout_seconds: int = 10,
+) -> dict[str, Any]:
+    """The guard's entry (failurePolicy Fail) for a webhook process on the host."""
+    configuration = mutating_webhook_configuration(
+        name, service=service, namespace=namespace, ca_pem=ca_pem, path=path,
+        namespace_selector=namespace_selector, timeout_seconds=timeout_seconds)
+    configuration["kind"] = "ValidatingWebhookConfiguration"
+    hook = configuration["webhooks"][0]
+    del hook["reinvocationPolicy"]
+    hook["rules"] = [dict(rule) for rule in GUARD_RULES]
+    return configuration
+
+
 class CaptureWebhook:
     """An HTTPS admission webhook that allows everything and keeps each AdmissionReview."""
 

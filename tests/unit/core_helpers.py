@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import functools
 import uuid
 from typing import Any
@@ -56,8 +57,12 @@ def admission_review(
     }
 
 
+# The admission time of the goldens' sessions (SIDECAR_DEBUG_SESSION_STARTED), fixed.
+ADMITTED = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+
+
 def mutator(settings: Settings | None = None) -> Mutator:
-    return Mutator(settings or default_settings(), AllowAll(grant="test"))
+    return Mutator(settings or default_settings(), AllowAll(grant="test", clock=lambda: ADMITTED))
 
 
 def injected(

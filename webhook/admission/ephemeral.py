@@ -16,6 +16,7 @@ needs them, see tests/fixtures/admission/ephemeral-containers.json); 1.22+ send 
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from webhook.config import Settings
 from webhook.inject import shape
 from webhook.inject.attach import env_value, is_attached
 from webhook.inject.patch import create_patch
+from webhook.inject.sidecar import session_env, with_session_env
 from webhook.policy.api import PolicyEngine, PolicyRequest
 from webhook.policy.privilege import BASELINE_CAPABILITIES, privilege_reasons
 from webhook.profiles import Profile
@@ -63,6 +65,8 @@ class _Verdict:
     profile: str = ""
     grant: str = ""
     warnings: tuple[str, ...] = ()
+    started: dt.datetime | None = None
+    deadline: dt.datetime | None = None
 
 
 class _PodContext:
@@ -320,19 +324,9 @@ def _review_container(
         profile=profile.name,
         grant=result.grant,
         warnings=result.warnings,
+        started=result.started,
+        deadline=result.deadline,
     )
-
-
-def _with_grant(container: dict[str, Any], grant: str) -> dict[str, Any]:
-    """A copy of our toolset container whose SIDECAR_DEBUG_GRANT says who granted it (whatever
-    the requester wrote there is replaced)."""
-    env = container.get("env")
-    kept = [
-        item
-        for item in (env if isinstance(env, list) else [])
-        if not (isinstance(item, dict) and item.get("name") == constants.ENV_GRANT)
-    ]
-    return {**container, "env": [*kept, {"name": constants.ENV_GRANT, "value": grant}]}
 
 
 def review_ephemeral(
@@ -406,7 +400,12 @@ def review_ephemeral(
     mutated_list = list(containers)
     for index, container, verdict in gated:
         if is_attached(container) or env_value(container, constants.ENV_PROFILE) is not None:
-            mutated_list[index] = _with_grant(container, verdict.grant)
+            # The session's facts (who granted it, since when, until when), replacing whatever
+            # the requester wrote there; the guard checks them, the controller reads them.
+            mutated_list[index] = with_session_env(
+                container, session_env(verdict.grant, verdict.started, verdict.deadline)
+                or [{"name": constants.ENV_GRANT, "value": verdict.grant}],
+            )
     if legacy:
         mutated = {**obj, "ephemeralContainers": mutated_list}
     else:

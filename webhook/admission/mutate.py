@@ -37,7 +37,6 @@ _BAD_REQUESTS = frozenset(
     {"unknown-profile", "unknown-mode", pipeline.MALFORMED, MALFORMED_REQUEST}
 )
 log = logging.getLogger(REVIEW_LOGGER)
-HANDLED_API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 
 
 @dataclass
@@ -94,30 +93,18 @@ class Mutator:
         api_version = admission.API_VERSION
         namespace = pod_name = ""
         try:
-            if not isinstance(body, dict) or body.get("kind") != admission.KIND:
-                outcome = _ignored(
-                    "not-admission-review", "body is not an AdmissionReview (kind: AdmissionReview)"
-                )
-            elif body.get("apiVersion") not in HANDLED_API_VERSIONS:
-                outcome = _ignored(
-                    "unsupported-api-version",
-                    f"apiVersion {body.get('apiVersion')!r} is not handled; "
-                    f"send {admission.API_VERSION}",
-                )
-            elif not isinstance(body.get("request"), dict):
-                outcome = _ignored("no-request", "AdmissionReview has no request")
-            elif problem := shape.problem(body["request"], shape.ENVELOPE, "request"):
+            envelope = admission.read_envelope(body)
+            api_version = envelope.api_version
+            if envelope.malformed:
                 # The apiserver never sends such a request; a client talking to the webhook
                 # directly can. Refused with the field named, uid echoed if it is readable.
-                api_version = body["apiVersion"]
                 outcome = Outcome(
-                    "denied",
-                    MALFORMED_REQUEST,
-                    f"sidecar-debug cannot read the AdmissionReview: {problem}",
+                    "denied", MALFORMED_REQUEST, f"sidecar-debug {envelope.message}"
                 )
+            elif envelope.request is None:
+                outcome = _ignored(envelope.reason, envelope.message)
             else:
-                api_version = body["apiVersion"]
-                request = body["request"]
+                request = envelope.request
                 pod = request.get("object")
                 namespace = str(request.get("namespace") or "")
                 if isinstance(pod, dict):
@@ -159,7 +146,7 @@ class Mutator:
             audit[constants.AUDIT_GRANT] = outcome.grant
         denied = outcome.decision == "denied"
         return admission.build_response(
-            request if isinstance(request, dict) else _echo_uid(body),
+            request if isinstance(request, dict) else admission.echo_uid(body),
             allowed=not denied,
             patch=outcome.patch,
             message=outcome.message if outcome.decision not in ("injected", "attached") else None,
@@ -267,12 +254,3 @@ def _too_large(why: str, setting: str) -> Outcome:
         f"Debug a smaller pod, or raise {setting} in the webhook's settings."
     )
     return Outcome("skipped", "pod-too-large", message, warnings=[message])
-
-
-def _echo_uid(body: Any) -> Request | None:
-    """Best effort: echo a uid even from a malformed envelope, so the apiserver can match it."""
-    if isinstance(body, dict) and isinstance(body.get("request"), dict):
-        uid = body["request"].get("uid")
-        if isinstance(uid, str):
-            return {"uid": uid}
-    return None

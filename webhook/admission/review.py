@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
 
 from webhook import jsonio
 from webhook.identity import UserInfo
+from webhook.inject import shape
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
+HANDLED_API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
@@ -110,3 +113,48 @@ def decode_patch(review: Review) -> list[dict[str, Any]]:
         return []
     result: list[dict[str, Any]] = json.loads(base64.b64decode(encoded))
     return result
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A body read as an AdmissionReview: its request, or why there is none (reason, message).
+    `malformed`: the request is there but its fields have the wrong types (which the apiserver
+    never sends; a client calling the webhook directly can)."""
+
+    request: Request | None
+    api_version: str = API_VERSION
+    reason: str = ""
+    message: str = ""
+    malformed: bool = False
+
+
+def read_envelope(body: Any) -> Envelope:
+    if not isinstance(body, dict) or body.get("kind") != KIND:
+        return Envelope(
+            None, reason="not-admission-review",
+            message="body is not an AdmissionReview (kind: AdmissionReview)",
+        )
+    if body.get("apiVersion") not in HANDLED_API_VERSIONS:
+        return Envelope(
+            None, reason="unsupported-api-version",
+            message=f"apiVersion {body.get('apiVersion')!r} is not handled; send {API_VERSION}",
+        )
+    request = body.get("request")
+    if not isinstance(request, dict):
+        return Envelope(None, reason="no-request", message="AdmissionReview has no request")
+    problem = shape.problem(request, shape.ENVELOPE, "request")
+    if problem is not None:
+        return Envelope(
+            None, body["apiVersion"], "malformed-request",
+            f"cannot read the AdmissionReview: {problem}", malformed=True,
+        )
+    return Envelope(request, body["apiVersion"])  # type: ignore[arg-type]
+
+
+def echo_uid(body: Any) -> Request | None:
+    """Best effort: echo a uid even from a malformed envelope, so the apiserver can match it."""
+    if isinstance(body, dict) and isinstance(body.get("request"), dict):
+        uid = body["request"].get("uid")
+        if isinstance(uid, str):
+            return {"uid": uid}
+    return None

@@ -9,7 +9,18 @@ from pathlib import Path
 from typing import Any
 
 from webhook import constants
+from webhook.sessions import copyback
 from webhook.sessions import session as sessions
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of bytes: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,6 +46,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     common.add_argument("--image",
                         help="the toolset image (default: toolsetImage from the settings); the "
                         "container used must run it")
+    common.add_argument("--max-output-bytes", type=_positive_int, metavar="BYTES",
+                        default=sessions.DEFAULT_MAX_OUTPUT_BYTES,
+                        help="stop a command in the pod that sends more output than this "
+                        f"(default {sessions.DEFAULT_MAX_OUTPUT_BYTES})")
+    common.add_argument("--max-copy-bytes", type=_positive_int, metavar="BYTES",
+                        default=copyback.DEFAULT_MAX_COPY_BYTES,
+                        help="refuse results larger than this when copying them back (default "
+                        f"{copyback.DEFAULT_MAX_COPY_BYTES})")
 
     output = argparse.ArgumentParser(add_help=False)
     output.add_argument("--force", action="store_true",
@@ -118,8 +137,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="list debug sessions: injected, standby and attached toolsets, and when they expire",
         description="List the debug sessions of a namespace (or all): injected sidecars, "
         "standby pods and attached ephemeral toolset containers, with profile, who granted it, "
-        "age and expiry. EXPIRES is the pod's sidecar-debug.io/overdue-after annotation (the "
-        "policy at admission); with --policy, the earlier of that and the session's start plus "
+        "age and expiry, read from the toolset's environment (the webhook wrote them at "
+        "admission). EXPIRES is the deadline written then (the policy at admission); with "
+        "--policy, the earlier of that and the session's start plus "
         "that policy's maxSessionDuration, as `sidecar-debug controller` computes it.")
     scope = listing.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
@@ -141,7 +161,8 @@ def _session(args: argparse.Namespace) -> sessions.Session:
     return sessions.Session(api_client=api_client, pod=args.pod, namespace=namespace,
                             container=args.container, sidecar_name=args.sidecar_name,
                             settings_ref=args.settings_configmap, config_file=args.config,
-                            image=args.image)
+                            image=args.image, max_output_bytes=args.max_output_bytes,
+                            max_copy_bytes=args.max_copy_bytes)
 
 
 def _run(args: argparse.Namespace, body: Any) -> int:

@@ -31,7 +31,6 @@ from webhook.controller import metrics
 from webhook.controller.kubeapi import ApiError, KubeApi
 from webhook.controller.sessions import (
     ATTACHED,
-    INJECTED,
     Session,
     expiry_of,
     format_time,
@@ -152,7 +151,7 @@ class ExpiryPass:
         sessions: list[Session] = []
         for pod in self.list_pods():
             if is_active_pod(pod):
-                sessions += [s for s in sessions_of(pod, self.sidecar_name)
+                sessions += [s for s in sessions_of(pod)
                              if s.uid not in self._evicted]
         result.verdicts = judge(sessions, self.rules, now, result.skipped)
         self._count(result.verdicts)
@@ -194,9 +193,8 @@ class ExpiryPass:
         limit = (f"maxSessionDuration {format_duration(verdict.rule.max_session)}"
                  if verdict.rule.max_session is not None else "no maxSessionDuration")
         since = format_time(expires)
-        if session.kind == INJECTED and session.overdue_after is not None and \
-                session.overdue_after <= expires:
-            since += f" ({constants.ANNOTATION_OVERDUE_AFTER})"
+        if session.deadline is not None and session.deadline <= expires:
+            since += f" (the deadline set at admission, {constants.ENV_SESSION_DEADLINE})"
         return (f"debug session {session.describe()} expired at {since}: {limit} of "
                 f"{verdict.rule_where}, onExpiry {verdict.rule.on_expiry}")
 

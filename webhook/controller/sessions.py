@@ -2,17 +2,21 @@
 
 A pod holds up to three kinds of session:
 
-- `injected`: our status annotation names a toolset container that is in the pod (the webhook
-  injected the sidecar when the pod was created). It started with the pod.
-- `standby`: the status annotation says `mode: standby`: only the inert wiring, no toolset runs,
+- `injected`: a toolset container among the pod's containers or init containers, found by what
+  the toolset carries in its env (its profile), not by the status annotation, which whoever may
+  patch the pod could delete or rewrite (issue 17). It started with the pod.
+- `standby`: no toolset, and the status annotation says `mode: standby`: only the inert wiring,
   so nothing expires (an `attach` to it is its own session).
 - `attached`: an ephemeral toolset container (`debug-toolset-<6 hex>`, or any ephemeral container
   with attach's marker variable) that is running. It started when its container started.
 
+The session's facts come from the toolset's env, written by the webhook at admission and
+unchangeable afterwards (webhook.inject.sidecar.session_env): profile, grant, start, deadline.
 A session's expiry is the earliest of: its start plus the policy rule's `maxSessionDuration`
-(the rule covering the pod's namespace and service account, read now), and, for an injected
-sidecar, the `sidecar-debug.io/overdue-after` annotation the webhook wrote from the rule in force
-when the pod was created (a promise made at admission stays kept when the policy is loosened).
+(the rule covering the pod's namespace and service account, read now), and the deadline the
+webhook wrote from the rule in force at admission (a promise made then stays kept when the
+policy is loosened). The start is the earliest of the env's and the API's own (the pod's
+creation, the container's start): a forged fact can only shorten a session.
 Used by `sidecar-debug controller` and by `sidecar-debug sessions`.
 """
 
@@ -27,6 +31,9 @@ from typing import Any
 from webhook import constants
 from webhook.inject.attach import env_value, is_attached
 from webhook.inject.status import read_status
+from webhook.rfc3339 import format_time, parse_time
+
+__all__ = ["format_time", "parse_time"]  # re-exported: expiry and `sessions` import them here
 
 INJECTED = constants.MODE_INJECTED
 STANDBY = constants.MODE_STANDBY
@@ -48,7 +55,7 @@ class Session:
     service_account: str
     created: dt.datetime | None  # the pod's creation
     started: dt.datetime | None  # when the session began (None: not started yet)
-    overdue_after: dt.datetime | None  # the webhook's annotation (injected sessions only)
+    deadline: dt.datetime | None  # from the toolset's env: when it must end at the latest
 
     @property
     def can_expire(self) -> bool:
@@ -60,22 +67,6 @@ class Session:
             return "standby wiring (no toolset)"
         what = "injected sidecar" if self.kind == INJECTED else "attached ephemeral container"
         return f"{what} {self.container} (profile {self.profile or 'unknown'})"
-
-
-def parse_time(value: Any) -> dt.datetime | None:
-    """An RFC 3339 time from the API (`2026-12-03T06:13:38Z`, fractions allowed); None when
-    absent or malformed (annotations are written by whoever may edit the pod)."""
-    if not isinstance(value, str) or not value.strip():
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
-
-
-def format_time(value: dt.datetime) -> str:
-    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _named(items: Any) -> list[dict[str, Any]]:
@@ -99,35 +90,25 @@ def is_attached_toolset(container: Any) -> bool:
     return is_attached(container) or (isinstance(name, str) and bool(_ATTACHED_NAME.match(name)))
 
 
-def sessions_of(pod: Mapping[str, Any], sidecar_name: str = constants.DEFAULT_SIDECAR_NAME
-                ) -> list[Session]:
+def sessions_of(pod: Mapping[str, Any]) -> list[Session]:
     """The debug sessions of one pod (empty for a pod we never touched)."""
     metadata, spec = field_dict(pod, "metadata"), field_dict(pod, "spec")
     status = field_dict(pod, "status")
-    annotations = field_dict(metadata, "annotations")
     namespace, name = _text(metadata.get("namespace")), _text(metadata.get("name"))
     uid = _text(metadata.get("uid"))
     account = _text(spec.get("serviceAccountName")) or "default"
     created = parse_time(metadata.get("creationTimestamp"))
     found: list[Session] = []
 
-    # A status that is not ours still counts as injected when the sidecar is there.
-    reading = read_status(pod)
-    if reading.present:
-        recorded = reading.status
-        profile = recorded.profile if recorded else ""
-        grant = recorded.grant if recorded else ""
-        if recorded is not None and recorded.standby:
-            found.append(Session(namespace, name, uid, STANDBY, "", profile, grant, account,
-                                 created, created, None))
-        else:
-            sidecar = (recorded.container if recorded else "") or sidecar_name
-            present = {c["name"] for c in _named(spec.get("containers"))
-                       + _named(spec.get("initContainers"))}
-            if sidecar in present:
-                overdue = parse_time(annotations.get(constants.ANNOTATION_OVERDUE_AFTER))
-                found.append(Session(namespace, name, uid, INJECTED, sidecar, profile, grant,
-                                     account, created, created, overdue))
+    toolsets = [c for c in _named(spec.get("initContainers")) + _named(spec.get("containers"))
+                if env_value(c, constants.ENV_PROFILE) is not None]
+    for container in toolsets:
+        found.append(_from_env(INJECTED, container, namespace, name, uid, account, created,
+                               created))
+    recorded = read_status(pod).status
+    if not toolsets and recorded is not None and recorded.standby:
+        found.append(Session(namespace, name, uid, STANDBY, "", recorded.profile, recorded.grant,
+                             account, created, created, None))
 
     states = {s["name"]: s.get("state") for s in _named(status.get("ephemeralContainerStatuses"))}
     for container in _named(spec.get("ephemeralContainers")):
@@ -139,12 +120,24 @@ def sessions_of(pod: Mapping[str, Any], sidecar_name: str = constants.DEFAULT_SI
             continue  # it ended (stopped, or exited): no session any more
         running = state.get("running")
         started = parse_time(running.get("startedAt")) if isinstance(running, dict) else None
-        found.append(Session(
-            namespace=namespace, pod=name, uid=uid, kind=ATTACHED, container=container["name"],
-            profile=env_value(container, constants.ENV_PROFILE) or "",
-            grant=env_value(container, constants.ENV_GRANT) or "",
-            service_account=account, created=created, started=started, overdue_after=None))
+        found.append(_from_env(ATTACHED, container, namespace, name, uid, account, created,
+                               started))
     return found
+
+
+def _from_env(kind: str, container: dict[str, Any], namespace: str, pod: str, uid: str,
+              account: str, created: dt.datetime | None, started: dt.datetime | None
+              ) -> Session:
+    """A session whose facts are the toolset's env; `started` is the API's own start."""
+    admitted = parse_time(env_value(container, constants.ENV_SESSION_STARTED))
+    if admitted is not None and (started is None or admitted < started):
+        started = admitted
+    return Session(
+        namespace=namespace, pod=pod, uid=uid, kind=kind, container=container["name"],
+        profile=env_value(container, constants.ENV_PROFILE) or "",
+        grant=env_value(container, constants.ENV_GRANT) or "",
+        service_account=account, created=created, started=started,
+        deadline=parse_time(env_value(container, constants.ENV_SESSION_DEADLINE)))
 
 
 def is_active_pod(pod: Mapping[str, Any]) -> bool:
@@ -161,8 +154,8 @@ def expiry_of(session: Session, max_session: dt.timedelta | None) -> dt.datetime
     candidates: list[dt.datetime] = []
     if max_session is not None and session.started is not None:
         candidates.append(session.started + max_session)
-    if session.kind == INJECTED and session.overdue_after is not None:
-        candidates.append(session.overdue_after)
+    if session.deadline is not None:
+        candidates.append(session.deadline)
     return min(candidates) if candidates else None
 
 

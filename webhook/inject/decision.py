@@ -50,7 +50,7 @@ def pod_labels(pod: dict[str, Any]) -> dict[str, str]:
     return (pod.get("metadata") or {}).get("labels") or {}
 
 
-def _status_container(pod: dict[str, Any], settings: Settings, warnings: list[str]) -> str | None:
+def status_container(pod: dict[str, Any], settings: Settings, warnings: list[str]) -> str | None:
     """The sidecar our status annotation names; None without the annotation. Anyone who can
     create the pod can write it, so a value that is not our status is reported and read as
     naming the default sidecar."""
@@ -69,7 +69,7 @@ def _status_container(pod: dict[str, Any], settings: Settings, warnings: list[st
 
 def is_injected(pod: dict[str, Any], settings: Settings, warnings: list[str] | None = None) -> bool:
     """True when our status annotation is present and its sidecar is still in the pod."""
-    container = _status_container(pod, settings, [] if warnings is None else warnings)
+    container = status_container(pod, settings, [] if warnings is None else warnings)
     if container is None:
         return False
     spec = pod.get("spec") or {}

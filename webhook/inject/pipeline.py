@@ -15,9 +15,10 @@ from webhook import constants
 from webhook.config import Settings
 from webhook.identity import UserInfo
 from webhook.inject import shape
-from webhook.inject.decision import decide
+from webhook.inject.attach import env_value
+from webhook.inject.decision import decide, status_container
 from webhook.inject.patch import create_patch
-from webhook.inject.sidecar import InjectionPlan, inject_pod
+from webhook.inject.sidecar import InjectionPlan, inject_pod, session_env, with_session_env
 from webhook.policy.api import PolicyEngine, PolicyRequest, PolicyResult
 
 Status = Literal["injected", "skipped", "denied", "error"]
@@ -69,6 +70,47 @@ def service_account(pod: dict[str, Any]) -> str:
     return str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default")
 
 
+def _session_facts(
+    pod: dict[str, Any],
+    namespace: str,
+    settings: Settings,
+    policy: PolicyEngine,
+    user: UserInfo,
+    dry_run: bool,
+) -> PipelineResult | None:
+    """A pod created already injected (offline `inject`, a workload template): its toolset gets
+    the session's facts the webhook writes at admission, when the policy grants the profile it
+    claims to this request now. None when there is nothing to write (no toolset carrying a
+    profile, facts already there, no grant: the guard then refuses the pod and says why)."""
+    spec = pod["spec"]
+    name = status_container(pod, settings, []) or settings.sidecar_name
+    for key in ("initContainers", "containers"):
+        containers = spec.get(key) or []
+        for index, container in enumerate(containers):
+            if not isinstance(container, dict) or container.get("name") != name:
+                continue
+            profile = settings.profiles.get(env_value(container, constants.ENV_PROFILE) or "")
+            if profile is None or env_value(container, constants.ENV_SESSION_STARTED):
+                return None
+            image = str(container.get("image") or "")
+            result = policy.evaluate(PolicyRequest(
+                namespace=namespace, service_account=service_account(pod), user=user,
+                requested_profile=profile, dry_run=dry_run,
+                requested_image=image if image != settings.toolset_image else None))
+            facts = session_env(result.grant, result.started, result.deadline)
+            if not result.allowed or result.profile != profile.name or not facts:
+                return None
+            mutated = {**pod, "spec": {**spec, key: [
+                *containers[:index], with_session_env(container, facts),
+                *containers[index + 1:]]}}
+            return PipelineResult(
+                "skipped", "already-injected",
+                f"the session's facts were written into {name!r} (profile {profile.name!r}, "
+                f"{result.grant})", mutated, patch=create_patch(pod, mutated),
+                profile=profile.name, grant=result.grant)
+    return None
+
+
 def run(
     pod: dict[str, Any],
     namespace: str,
@@ -104,6 +146,12 @@ def run(
         return PipelineResult(
             "denied", decision.reason, decision.message, pod, decision_warnings=warnings
         )
+    if decision.reason == "already-injected":
+        facts = _session_facts(pod, namespace, settings, policy, user or {}, dry_run)
+        if facts is not None:
+            facts.decision_warnings = warnings
+            facts.message = f"{decision.message}; {facts.message}"
+            return facts
     if not decision.inject or decision.profile is None:
         return PipelineResult(
             "skipped", decision.reason, decision.message, pod, decision_warnings=warnings
@@ -162,6 +210,8 @@ def run(
         extra_annotations=dict(result.annotations),
         completes=completes,
         mode=decision.mode,
+        started=result.started,
+        deadline=result.deadline,
     )
     mutated, notes = inject_pod(pod, plan, settings)
     downgraded = profile.name != decision.profile.name

@@ -6,6 +6,7 @@ against the original (webhook.inject.patch), so no JSON-pointer indices are ever
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +15,7 @@ from webhook import __version__, constants
 from webhook.config import Settings
 from webhook.inject.status import InjectionStatus
 from webhook.profiles import EnvHint, Profile
+from webhook.rfc3339 import format_time
 
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 
@@ -35,6 +37,9 @@ class InjectionPlan:
     # standby: only the inert parts (shared volumes in the app containers, shared PID namespace,
     # runtime hints), no container; `attach` adds the toolset as an ephemeral container.
     mode: str = constants.MODE_INJECTED
+    # The session's facts (session_env): set by the webhook's admission, None offline.
+    started: dt.datetime | None = None
+    deadline: dt.datetime | None = None
 
 
 @dataclass
@@ -165,6 +170,38 @@ def toolset_env(profile: Profile) -> list[dict[str, Any]]:
     return env
 
 
+SESSION_FACTS = (constants.ENV_GRANT, constants.ENV_SESSION_STARTED, constants.ENV_SESSION_DEADLINE)
+
+
+def session_env(
+    grant: str, started: dt.datetime | None, deadline: dt.datetime | None
+) -> list[dict[str, Any]]:
+    """The session's facts in the toolset's env, where no update of the pod can change them
+    (annotations can be): who granted the profile, when the webhook admitted the toolset, when
+    it must end (absent: no limit). Nothing without an admission (offline inject): the webhook
+    writes them when the pod is created (webhook.inject.pipeline), the guard checks them."""
+    if started is None:
+        return []
+    env = [
+        {"name": constants.ENV_GRANT, "value": grant},
+        {"name": constants.ENV_SESSION_STARTED, "value": format_time(started)},
+    ]
+    if deadline is not None:
+        env.append({"name": constants.ENV_SESSION_DEADLINE, "value": format_time(deadline)})
+    return env
+
+
+def with_session_env(container: dict[str, Any], facts: list[dict[str, Any]]) -> dict[str, Any]:
+    """A copy of the container whose session facts are `facts` (any it had are replaced)."""
+    env = container.get("env")
+    kept = [
+        item
+        for item in (env if isinstance(env, list) else [])
+        if not (isinstance(item, dict) and item.get("name") in SESSION_FACTS)
+    ]
+    return {**container, "env": [*kept, *facts]}
+
+
 RUN_TO_COMPLETION = frozenset({"Never", "OnFailure"})
 
 
@@ -190,6 +227,7 @@ def build_sidecar(
             {"name": constants.ENV_EXIT_WITH_APP, "value": constants.ENV_EXIT_WITH_APP_VALUE},
             {"name": constants.ENV_APP_CONTAINERS, "value": ",".join(exit_with)},
         ]
+    env += session_env(plan.grant, plan.started, plan.deadline)
     container: dict[str, Any] = {
         "name": name,
         "image": plan.image or settings.toolset_image,

@@ -6,7 +6,8 @@ instead? The answer is data, so the decision stays testable and auditable.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import datetime as dt
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -46,6 +47,11 @@ class PolicyResult:
     image: str | None = None  # toolset image to use; None = the configured image
     annotations: Mapping[str, str] = field(default_factory=dict)  # extra pod annotations
     warnings: tuple[str, ...] = ()  # surfaced to kubectl users as admission warnings
+    # The session's facts for the toolset's env (webhook.inject.sidecar.session_env): when the
+    # webhook admitted it and when it must end (the rule's maxSessionDuration). None: no
+    # admission (offline inject) or no limit.
+    started: dt.datetime | None = None
+    deadline: dt.datetime | None = None
 
 
 class PolicyEngine(Protocol):
@@ -60,8 +66,11 @@ class PolicyEngine(Protocol):
 class AllowAll:
     """No gate: used by offline `inject` (nothing to ask) and when no policy is configured."""
 
-    def __init__(self, grant: str = "no-policy") -> None:
+    def __init__(
+        self, grant: str = "no-policy", clock: Callable[[], dt.datetime] | None = None
+    ) -> None:
         self._grant = grant
+        self._clock = clock  # when given, the admission's time (the session's start)
 
     def evaluate(self, request: PolicyRequest) -> PolicyResult:
         return PolicyResult(
@@ -71,6 +80,7 @@ class AllowAll:
             message=f"profile {request.requested_profile.name!r} injected (no policy configured)",
             grant=self._grant,
             image=request.requested_image,
+            started=self._clock() if self._clock else None,
         )
 
     def namespace_mode(self, namespace: str) -> str | None:

@@ -46,6 +46,7 @@ from webhook.policy.model import (
 )
 from webhook.policy.privilege import pod_security_violations
 from webhook.profiles import Profile
+from webhook.rfc3339 import format_time
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,17 @@ class Explanation:
     rule_where: str
     trace: list[str] = field(default_factory=list)
     access_checks: int = 0  # SubjectAccessReview calls actually made (cache hits excluded)
+
+
+@dataclass(frozen=True)
+class GrantVerdict:
+    """check_grant's answer: whether a toolset already in a pod is held, and by whom."""
+
+    granted: bool
+    grant: str  # "unprivileged", "serviceaccount:NS:SA", "user:NAME", ...; "none" when not
+    reason: str  # a Reason code
+    message: str  # who granted it; or why not, with the `kubectl create rolebinding` to fix it
+    max_session: dt.timedelta | None = None  # the matching rule's maxSessionDuration
 
 
 @dataclass
@@ -319,34 +331,11 @@ class PolicyGate:
                     return self._refuse(request, rule, _Refusal("image-not-allowed", text), label)
                 warnings.append(f"{text}; using the configured image {self.settings.toolset_image}")
 
-        refusal: _Refusal | None = None
-        grant = "unprivileged"
-        reason: Reason = "unprivileged"
-        if uncertain and profile.requires_grant:
-            # The rule that could not be decided applies (its mode, its defaultProfile), and
-            # nothing that needs a grant is given while it is undecided.
-            refusal = _Refusal(
-                "namespace-lookup-failed",
-                f"profile {profile.name!r} needs an RBAC grant and namespace "
-                f"{request.namespace!r} could not be read to match the policy",
-            )
-        elif not rule.allows_profile(profile.name):
-            refusal = _Refusal(
-                "not-allowed-by-policy",
-                f"profile {profile.name!r} is not allowed by {label} "
-                f"(allowed: {rule.describe_profiles()})",
-            )
-        elif not profile.requires_grant:
-            trace.append(f"profile {profile.name!r} needs no grant")
-        else:
-            outcome = self._check_grant(request, profile, rule, trace, calls)
-            if isinstance(outcome, _Refusal):
-                refusal = outcome
-            else:
-                reason, grant = outcome
-        if refusal is not None:
-            trace.append(refusal.detail)
-            return self._refuse(request, rule, refusal, label, warnings)
+        judged = self._judge(request, rule, uncertain, label, trace, calls)
+        if isinstance(judged, _Refusal):
+            trace.append(judged.detail)
+            return self._refuse(request, rule, judged, label, warnings)
+        reason, grant = judged
 
         message = f"profile {profile.name!r} injected ({_GRANT_TEXT[reason]}{grant_suffix(grant)})"
         if request.ephemeral_container is not None:
@@ -357,6 +346,92 @@ class PolicyGate:
         return self._result(
             request, rule, profile.name, True, reason, message, grant, image, warnings
         )
+
+    def _judge(
+        self,
+        request: PolicyRequest,
+        rule: RuleSettings,
+        uncertain: bool,
+        label: str,
+        trace: list[str],
+        calls: list[int],
+    ) -> tuple[Reason, str] | _Refusal:
+        """Does the request hold its profile: (reason, grant), or why not."""
+        profile = request.requested_profile
+        if uncertain and profile.requires_grant:
+            # The rule that could not be decided applies (its mode, its defaultProfile), and
+            # nothing that needs a grant is given while it is undecided.
+            return _Refusal(
+                "namespace-lookup-failed",
+                f"profile {profile.name!r} needs an RBAC grant and namespace "
+                f"{request.namespace!r} could not be read to match the policy",
+            )
+        if not rule.allows_profile(profile.name):
+            return _Refusal(
+                "not-allowed-by-policy",
+                f"profile {profile.name!r} is not allowed by {label} "
+                f"(allowed: {rule.describe_profiles()})",
+            )
+        if not profile.requires_grant:
+            trace.append(f"profile {profile.name!r} needs no grant")
+            return "unprivileged", "unprivileged"
+        return self._check_grant(request, profile, rule, trace, calls)
+
+    def check_grant(self, request: PolicyRequest) -> GrantVerdict:
+        """Does the request hold `requested_profile` (and its image) right now: the rules,
+        RBAC checks and cache of evaluate(), without the rule's mode (no downgrade, no skip).
+        The guard (webhook.admission.guard) asks this of a toolset already in a pod."""
+        policy = self.store.current()
+        trace: list[str] = []
+        try:
+            matched, uncertain = self._match(
+                policy, request.namespace, request.service_account, trace
+            )
+            rule = matched.settings if matched else policy.defaults
+            label = f"policy rule {matched.name!r}" if matched else "the defaults"
+            wanted = request.requested_image
+            judged: tuple[Reason, str] | _Refusal
+            if wanted and wanted != self.settings.toolset_image and not rule.allows_image(wanted):
+                judged = _Refusal(
+                    "image-not-allowed",
+                    f"toolset image {wanted!r} is not allowed by {label} (allowedImages: "
+                    f"{', '.join(rule.allowed_images) or 'none'})",
+                )
+            else:
+                judged = self._judge(request, rule, uncertain, label, trace, [0])
+        except Exception as exc:  # a bug must not grant
+            log.exception("grant check failed; no grant")
+            return GrantVerdict(False, "none", "policy-error", f"the policy gate failed ({exc!r})")
+        if isinstance(judged, _Refusal):
+            hint = f" To grant it: {judged.hint}" if judged.hint else ""
+            return GrantVerdict(
+                False, "none", judged.reason, f"{judged.detail}; decided by {label}.{hint}",
+                rule.max_session,
+            )
+        reason, grant = judged
+        text = f"{_GRANT_TEXT[reason]}{grant_suffix(grant)}"
+        return GrantVerdict(True, grant, reason, text, rule.max_session)
+
+    def guard_level(self, namespace: str, service_account: str) -> str | None:
+        """The guardLevel of the rule for this pod; "restricted" when the rule cannot be decided
+        (the guard then holds the pod to the strictest level rather than guess)."""
+        rule, uncertain = self._match(self.store.current(), namespace, service_account, [])
+        if uncertain:
+            return "restricted"
+        return (rule.settings if rule else self.store.current().defaults).guard_level
+
+    def allows_image(self, namespace: str, service_account: str, image: str) -> bool:
+        """Whether the rule for this pod lets its toolset run `image` (its allowedImages; the
+        configured toolset image always). An undecidable rule allows nothing else."""
+        if image == self.settings.toolset_image:
+            return True
+        try:
+            rule, uncertain = self._match(self.store.current(), namespace, service_account, [])
+        except Exception:  # a bug must not widen anything
+            log.exception("image check failed; image refused")
+            return False
+        settings = rule.settings if rule else self.store.current().defaults
+        return not uncertain and settings.allows_image(image)
 
     def _standby(
         self, request: PolicyRequest, rule: RuleSettings, label: str, trace: list[str]
@@ -620,19 +695,23 @@ class PolicyGate:
     ) -> PolicyResult:
         annotations: dict[str, str] = {}
         all_warnings = list(warnings)
+        started = deadline = None
         # A standby pod runs no toolset: nothing to expire, nothing Pod Security would refuse.
         if profile_name is not None and request.mode != constants.MODE_STANDBY:
+            started = self._now().astimezone(dt.UTC).replace(microsecond=0)
+            max_session = rule.max_session
+            if max_session is not None:
+                deadline = started + max_session
             # The overdue annotation goes on a pod being created; an ephemeral container's
-            # review cannot change the pod's metadata.
-            if rule.max_session is not None and request.ephemeral_container is None:
-                overdue = (self._now() + rule.max_session).astimezone(dt.UTC).replace(microsecond=0)
-                annotations[constants.ANNOTATION_OVERDUE_AFTER] = overdue.strftime(
-                    "%Y-%m-%dT%H:%M:%SZ"
-                )
+            # review cannot change the pod's metadata. It only informs: the session's facts
+            # are in the toolset's env (started, deadline), which no update can change.
+            if max_session is not None and request.ephemeral_container is None:
+                overdue = annotations[constants.ANNOTATION_OVERDUE_AFTER] = format_time(
+                    started + max_session)
                 message = (
                     f"{message.rstrip('.')}. The pod is marked overdue for removal after "
-                    f"{format_duration(rule.max_session)} ({constants.ANNOTATION_OVERDUE_AFTER}="
-                    f"{annotations[constants.ANNOTATION_OVERDUE_AFTER]})."
+                    f"{format_duration(max_session)} ({constants.ANNOTATION_OVERDUE_AFTER}="
+                    f"{overdue})."
                 )
             all_warnings.extend(self._pod_security_warnings(request.namespace, profile_name))
         return PolicyResult(
@@ -644,6 +723,8 @@ class PolicyGate:
             image=image,
             annotations=annotations,
             warnings=tuple(all_warnings),
+            started=started if allowed else None,
+            deadline=deadline if allowed else None,
         )
 
     def _pod_security_warnings(self, namespace: str, profile_name: str) -> list[str]:

@@ -225,6 +225,7 @@ _SETTINGS_KEYS = (
     "onExpiry",
     "grantSubject",
     "nonGrantingIdentities",
+    "guardLevel",
 )
 
 
@@ -255,6 +256,7 @@ def _overlay(base: RuleSettings, raw: Mapping[str, Any]) -> RuleSettings:
         on_expiry=raw.get("onExpiry", base.on_expiry),
         grant_subject=raw.get("grantSubject", base.grant_subject),
         non_granting=_identities(base.non_granting, raw.get("nonGrantingIdentities")),
+        guard_level=raw.get("guardLevel", base.guard_level),
     )
 
 

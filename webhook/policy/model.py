@@ -124,6 +124,9 @@ class RuleSettings:
     # Who must hold the grant for a profile that needs one, and who never grants.
     grant_subject: GrantSubject = DEFAULT_GRANT_SUBJECT
     non_granting: Identities = BUILTIN_NON_GRANTING
+    # The Pod Security level the guard enforces in guarded namespaces this rule covers; the
+    # stricter of it, the setting and the namespace's guard label applies. None: the setting's.
+    guard_level: str | None = None
 
     def allows_profile(self, name: str) -> bool:
         return "*" in self.allowed_profiles or name in self.allowed_profiles

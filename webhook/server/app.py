@@ -13,13 +13,20 @@ from typing import Any
 from flask import Flask
 
 from webhook.admission import review as admission
+from webhook.admission.guard import PodGuard
 from webhook.admission.mutate import Mutator
 from webhook.admission.namespace import review_namespace
 from webhook.admission.review import Review
 from webhook.config import Settings, load_settings
 from webhook.policy.api import PolicyEngine
 from webhook.policy.gate import PolicyGate, load_policy_engine
-from webhook.server.routes import EXTENSION, NamespaceReviewer, WebhookState, blueprint
+from webhook.server.routes import (
+    EXTENSION,
+    NamespaceReviewer,
+    PodValidator,
+    WebhookState,
+    blueprint,
+)
 
 
 def load_policy(settings: Settings) -> PolicyGate:
@@ -100,20 +107,24 @@ def create_app(
     policy: PolicyEngine | None = None,
     namespace_reviewer: NamespaceReviewer | None = None,
     readiness: Callable[[], str | None] | None = None,
+    pod_validator: PodValidator | None = None,
 ) -> Flask:
     """The webhook as a Flask app. With only `settings` (read from the environment when None)
-    it is the served webhook: the configured policy gate, its namespace-label gate and the
-    serving-files readiness; tests pass their own policy (then no namespace gate unless given)."""
+    it is the served webhook: the configured policy gate, its namespace-label gate, the guard
+    and the serving-files readiness; tests pass their own policy (then no namespace gate and
+    no guard unless given)."""
     settings = settings or load_settings()
     if policy is None:
         gate = load_policy(settings)
         policy = gate
         namespace_reviewer = namespace_reviewer or namespace_gate(gate)
+        pod_validator = pod_validator or PodGuard(settings, gate).review
     app = Flask(__name__)
     app.extensions[EXTENSION] = WebhookState(
         settings=settings,
         mutator=Mutator(settings, policy),
         namespace_reviewer=namespace_reviewer,
+        pod_validator=pod_validator,
         readiness=readiness or serving_files_readiness(settings),
     )
     app.register_blueprint(blueprint)

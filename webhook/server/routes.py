@@ -1,4 +1,5 @@
-"""The thin HTTP layer: content type, body size, JSON. The work is `Mutator.review(body)`.
+"""The thin HTTP layer: content type, body size, JSON. The work is `Mutator.review(body)` (and
+the guard's `PodGuard.review(body)`, the namespace gate's review).
 
 One Flask blueprint; webhook.server.app.create_app registers it. Hostile input gets a 4xx with a
 JSON reason (or an AdmissionReview answer), never a 5xx or a traceback: wrong content type 415,
@@ -31,8 +32,10 @@ log = logging.getLogger(__name__)
 JSON = "application/json"
 EXTENSION = "sidecar_debug"  # the key of WebhookState in app.extensions
 
-# A validating review of namespace changes (the policy's namespace-label gate), if enabled.
+# A validating review of namespace changes (the policy's namespace-label gate), if enabled; and
+# the guard's review of pods (webhook.admission.guard.PodGuard.review).
 NamespaceReviewer = Callable[[Any], Review]
+PodValidator = Callable[[Any], Review]
 
 blueprint = Blueprint("webhook", __name__)
 
@@ -44,6 +47,7 @@ class WebhookState:
     settings: Settings
     mutator: Mutator
     namespace_reviewer: NamespaceReviewer | None = None
+    pod_validator: PodValidator | None = None
     # None when ready, else why not (e.g. no serving certificate).
     readiness: Callable[[], str | None] | None = None
 
@@ -114,6 +118,14 @@ def validate_namespace() -> Response:
     return _json(state.namespace_reviewer(read_review_body(state.settings)))
 
 
+@_route("/validate-pods", "POST")
+def validate_pods() -> Response:
+    state = _state()
+    if state.pod_validator is None:
+        raise NotFound("the guard is not enabled on this webhook")
+    return _json(state.pod_validator(read_review_body(state.settings)))
+
+
 @_route("/healthz", "GET")
 def healthz() -> Response:
     return _json({"status": "ok"})
@@ -166,7 +178,9 @@ def not_found(error: HTTPException) -> Response:
     if error.description != NotFound.description:  # raised by a view, with its own reason
         return _refuse(404, _reason(error))
     return _refuse(
-        404, f"no such endpoint {request.method} {request.path}; the webhook serves POST /mutate"
+        404,
+        f"no such endpoint {request.method} {request.path}; the webhook serves POST /mutate "
+        "and /validate-pods",
     )
 
 

@@ -7,11 +7,17 @@ without following links, permissions reset. Everything lands in a fresh staging 
 (mkdtemp next to the destination, so the final move is a rename on the same filesystem) and is
 moved into place only when the whole archive passed; an existing file is never replaced unless
 the user said --force.
+
+Sizes are capped before anything is stored: the archive arrives (base64 over exec) into a
+temporary file, never all in memory, and stops at `max_bytes`; sparse members, whose few stored
+bytes would expand into a huge file (a 10 KiB archive into 512 MiB), are refused, and so is an
+archive whose members together declare more than `max_bytes`.
 """
 
 from __future__ import annotations
 
-import io
+import base64
+import binascii
 import os
 import shutil
 import tarfile
@@ -19,6 +25,12 @@ import tempfile
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
+
+# What a copy-back may bring at most, unless the command's --max-copy-bytes says otherwise.
+DEFAULT_MAX_COPY_BYTES = 256 * 1024 * 1024
+# Archives up to this size stay in memory while they arrive; larger ones go to a temporary file.
+_SPOOL_BYTES = 8 * 1024 * 1024
 
 FILE_MODE = 0o644
 DIR_MODE = 0o755
@@ -27,6 +39,55 @@ _CHUNK = 1 << 20
 
 class CopyError(Exception):
     """The copy was refused or failed; the message says why and what to do."""
+
+
+def _too_large(limit: int) -> CopyError:
+    return CopyError(
+        f"the archive exceeds the {limit}-byte limit (--max-copy-bytes); copy less, or raise "
+        "the limit if you expect that much"
+    )
+
+
+class Base64Archive:
+    """The archive as base64 text arrives in chunks (exec output): decoded as it comes into a
+    temporary file (in memory up to a few MiB), refused once it passes `max_bytes`."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.size = 0
+        self._pending = ""
+        self._file: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES)  # noqa: SIM115
+
+    def feed(self, text: str) -> None:
+        """Add the next chunk of base64 text (whitespace anywhere is ignored)."""
+        pending = self._pending + "".join(text.split())
+        whole = len(pending) - len(pending) % 4
+        self._pending = pending[whole:]
+        if not whole:
+            return
+        if self.size + whole // 4 * 3 - 2 > self.max_bytes:
+            raise _too_large(self.max_bytes)
+        try:
+            data = base64.b64decode(pending[:whole], validate=True)
+        except (ValueError, binascii.Error) as error:
+            raise CopyError(f"the archive arrived damaged ({error})") from error
+        self.size += len(data)
+        if self.size > self.max_bytes:
+            raise _too_large(self.max_bytes)
+        self._file.write(data)
+
+    def finish(self) -> IO[bytes]:
+        """The decoded archive, read from its start; raises when the text ended mid-group."""
+        if self._pending:
+            raise CopyError(
+                f"the archive arrived incomplete ({self.size} bytes and {len(self._pending)} "
+                "stray base64 characters)"
+            )
+        self._file.seek(0)
+        return self._file
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def _parts(name: str) -> list[str] | None:
@@ -39,13 +100,20 @@ def _parts(name: str) -> list[str] | None:
     return parts
 
 
-def extract(archive: bytes, expected: Collection[str], staging: Path) -> dict[str, Path]:
+def extract(
+    archive: IO[bytes],
+    expected: Collection[str],
+    staging: Path,
+    max_bytes: int = DEFAULT_MAX_COPY_BYTES,
+) -> dict[str, Path]:
     """Unpack `archive` into the empty directory `staging`, refusing it as a whole if any member
-    is not a regular file or directory under one of the `expected` top-level names. Returns the
-    expected names that arrived, with their staged paths."""
+    is not a regular file or directory under one of the `expected` top-level names, is sparse,
+    or the members' sizes add up to more than `max_bytes`. Returns the expected names that
+    arrived, with their staged paths."""
     arrived: dict[str, Path] = {}
+    total = 0
     try:
-        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
+        with tarfile.open(fileobj=archive, mode="r:") as tar:
             for member in tar:
                 parts = _parts(member.name)
                 if parts is None:
@@ -60,6 +128,15 @@ def extract(archive: bytes, expected: Collection[str], staging: Path) -> dict[st
                         else "not a regular file"
                     )
                     raise CopyError(f"{member.name!r} is {kind}")
+                if member.issparse():
+                    # A few stored bytes that expand into a file of any size.
+                    raise CopyError(f"{member.name!r} is a sparse file")
+                total += member.size
+                if total > max_bytes:
+                    raise CopyError(
+                        f"{member.name!r} brings the files to more than the {max_bytes}-byte "
+                        "limit (--max-copy-bytes)"
+                    )
                 parent = staging
                 for part in parts[:-1]:
                     parent = parent / part
@@ -91,8 +168,10 @@ def _write_file(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> 
     except FileExistsError as error:
         raise CopyError(f"{member.name!r} arrived twice") from error
     with os.fdopen(descriptor, "wb") as out:
-        while chunk := source.read(_CHUNK):
+        left = member.size
+        while left > 0 and (chunk := source.read(min(_CHUNK, left))):
             out.write(chunk)
+            left -= len(chunk)
 
 
 def terminal_text(data: bytes, limit: int = 64 << 10) -> str:

@@ -10,15 +10,15 @@ container, built from the installed webhook's settings (webhook.sessions.setting
 The toolset container of a pod is, in order: the one named with --container; the injected
 sidecar (named in the sidecar-debug.io/status annotation, else the configured sidecar name);
 the newest running ephemeral container added by `attach` (our name prefix and marker). The
-annotation can be changed by anyone who may patch the pod, so the chosen container must run the
-toolset image (from the settings, or --image) in its spec and its status before anything is run
-in it or copied from it.
+annotation can be changed by anyone who may patch the pod, and the toolset image is public, so
+the chosen container must verify as the guard verifies toolsets (webhook.guard.toolset: rebuilt
+from the installed settings for the profile it claims, and compared) and the node must run the
+toolset image in it, before anything is run in it or copied from it. What comes back is capped
+(--max-output-bytes, --max-copy-bytes).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import secrets
 import shlex
@@ -54,6 +54,9 @@ EXIT_NO_TOOLSET = 5  # the pod has no (trustworthy) toolset container
 EXIT_API = 6  # the Kubernetes API refused or failed
 READ_LIMIT = 1 << 20  # a file fetch() returns (a summary, trigger.json): small, held in memory
 
+# Output of one exec kept in memory (stdout and stderr together; a copy-back's archive is
+# spooled instead, see copyback): above it the command is stopped, whatever runs in the pod.
+DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024
 REMOTE_BASE = "/tmp/sidecar-debug"  # noqa: S108 - in the pod, under its emptyDir
 # Kubernetes minor versions: the ephemeralcontainers subresource takes the Pod from 1.22 (an
 # EphemeralContainers object before), and an ephemeral container may have a securityContext
@@ -92,6 +95,9 @@ class Session:
     settings_ref: str | None = None
     config_file: str | None = None
     image: str | None = None
+    # Caps on what the pod may send back (--max-output-bytes, --max-copy-bytes).
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    max_copy_bytes: int = copyback.DEFAULT_MAX_COPY_BYTES
     _installed: InstalledSettings | None = field(default=None, init=False, repr=False)
     _settings_error: str = field(default="", init=False, repr=False)
 
@@ -135,25 +141,17 @@ class Session:
     def settings_error(self) -> str:
         return self._settings_error
 
-    def expected_image(self) -> str | None:
-        """The toolset image a container must run to be trusted: --image, else the installed
-        settings' toolsetImage; None when neither is known."""
-        if self.image:
-            return self.image
-        installed = self.settings()
-        return installed.settings.toolset_image if installed else None
-
     def toolset_container(self) -> str:
-        """The pod's toolset container, checked to run the toolset image (see the module doc)."""
+        """The pod's toolset container, verified as the guard verifies it (see the module
+        doc) before anything is run in it."""
         pod = self.read_pod()
         name = find_toolset_container(pod, self.container, self.sidecar_name)
-        expected = self.expected_image()
-        if expected is None:
-            self.err.write(
-                f"note: {self.settings_error or 'no settings'}; checking container {name} "
-                "against the pod's own status annotation only\n"
-            )
-        verify_toolset_container(pod, name, expected)
+        try:
+            settings = attach_settings(self)  # what the toolset is rebuilt from
+        except SessionError as error:
+            raise SessionError(f"cannot verify the pod's toolset container, so nothing was run "
+                               f"in it: {error}", EXIT_NO_TOOLSET) from error
+        verify_toolset_container(pod, name, settings)
         return name
 
     # --- exec ----------------------------------------------------------------------------------
@@ -161,8 +159,10 @@ class Session:
     def exec(self, command: Sequence[str], *, container: str | None = None,
              on_stderr: Callable[[str], None] | None = None,
              on_stdout: Callable[[str], None] | None = None,
-             timeout: float = 3600) -> ExecResult:
-        """Run `command` in the toolset container; stream stderr (progress) as it comes."""
+             timeout: float = 3600, keep_stdout: bool = True) -> ExecResult:
+        """Run `command` in the toolset container; stream stderr (progress) as it comes.
+        What is kept in memory (stdout unless `keep_stdout` is False, and stderr) is capped at
+        max_output_bytes: past it the exec is closed and SessionError raised."""
         from kubernetes.client.exceptions import ApiException
         from kubernetes.stream import stream
 
@@ -177,33 +177,41 @@ class Session:
                                EXIT_API) from error
         stdout_parts: list[str] = []
         stderr_parts: list[str] = []
+        kept = [0]
+
+        def take(chunk: str, parts: list[str] | None,
+                 callback: Callable[[str], None] | None) -> None:
+            if parts is not None:
+                kept[0] += len(chunk)
+                if kept[0] > self.max_output_bytes:
+                    raise SessionError(
+                        f"{shlex.join(command)} sent more than {self.max_output_bytes} bytes of "
+                        "output; it was stopped (raise --max-output-bytes if you expect that "
+                        "much)")
+                parts.append(chunk)
+            if callback:
+                callback(chunk)
+
+        kept_stdout = stdout_parts if keep_stdout else None
         deadline = time.monotonic() + timeout
         try:
             while response.is_open():
                 response.update(timeout=1)
                 if response.peek_stdout():
-                    chunk = response.read_stdout()
-                    stdout_parts.append(chunk)
-                    if on_stdout:
-                        on_stdout(chunk)
+                    take(response.read_stdout(), kept_stdout, on_stdout)
                 if response.peek_stderr():
-                    chunk = response.read_stderr()
-                    stderr_parts.append(chunk)
-                    if on_stderr:
-                        on_stderr(chunk)
+                    take(response.read_stderr(), stderr_parts, on_stderr)
                 if time.monotonic() > deadline:
                     raise SessionError(f"{shlex.join(command)} did not finish in {timeout:.0f} s")
             # Every peek reads frames too: the one that met the close frame may have buffered
             # the last output after this loop's reads (a trace copy lost its tail that way).
             for read, parts, callback in (
-                (response.read_stdout, stdout_parts, on_stdout),
+                (response.read_stdout, kept_stdout, on_stdout),
                 (response.read_stderr, stderr_parts, on_stderr),
             ):
                 chunk = read(timeout=0)
                 if chunk:
-                    parts.append(chunk)
-                    if callback:
-                        callback(chunk)
+                    take(chunk, parts, callback)
             returncode = response.returncode
         finally:
             response.close()
@@ -219,10 +227,10 @@ class Session:
               container: str | None = None) -> dict[str, bytes]:
         """Copy `destinations` (remote name -> local path; files or folders) and `read` (small
         files whose content is returned, never written) from `remote_dir` in the toolset
-        container: tar | base64 over exec, unpacked by webhook.sessions.copyback.
+        container: tar | base64 over exec, decoded as it arrives (at most max_copy_bytes) and
+        unpacked by webhook.sessions.copyback.
         `read_if_there` are read like `read` when the pod has them (what older toolsets lack)."""
         names = [*destinations, *read]
-        unwritten = "; nothing was written"
         try:
             copyback.refuse_overwrite(destinations.values(), force)
         except copyback.CopyError as error:
@@ -232,24 +240,38 @@ class Session:
         script = (f"cd {shlex.quote(remote_dir)} && set -- {quoted} && "
                   f"for f in {optional}; do [ -e \"$f\" ] && set -- \"$@\" \"$f\"; done; "
                   "tar -cf - \"$@\" | base64 -w0")
-        result = self.exec(["sh", "-c", script], container=container)
-        if result.returncode != 0:
-            raise SessionError(f"copying {', '.join(names)} from the pod failed: "
-                               f"{result.stderr.strip()}")
         where = (f"the files are still in {remote_dir} in container "
                  f"{container or 'the toolset container'}")
+        received = copyback.Base64Archive(self.max_copy_bytes)
         try:
-            data = base64.b64decode("".join(result.stdout.split()), validate=True)
-        except (ValueError, binascii.Error) as error:
-            raise SessionError(
-                f"copying {', '.join(names)} from the pod: the archive arrived incomplete "
-                f"({len(result.stdout)} characters, {error}); {where}: run the command again, "
-                "or copy them with kubectl cp"
-            ) from error
+            try:
+                result = self.exec(["sh", "-c", script], container=container,
+                                   on_stdout=received.feed, keep_stdout=False)
+            except copyback.CopyError as error:
+                raise SessionError(f"copying {', '.join(names)} from the pod: {error}; "
+                                   f"nothing was written; {where}") from error
+            if result.returncode != 0:
+                raise SessionError(f"copying {', '.join(names)} from the pod failed: "
+                                   f"{result.stderr.strip()}")
+            try:
+                archive = received.finish()
+            except copyback.CopyError as error:
+                raise SessionError(
+                    f"copying {', '.join(names)} from the pod: {error}; {where}: run the "
+                    "command again, or copy them with kubectl cp") from error
+            return self._unpack(archive, names, destinations, read, read_if_there, force, where)
+        finally:
+            received.close()
+
+    def _unpack(self, archive: Any, names: Sequence[str], destinations: Mapping[str, Path],
+                read: Sequence[str], read_if_there: Sequence[str], force: bool,
+                where: str) -> dict[str, bytes]:
+        unwritten = "; nothing was written"
         first = next(iter(destinations.values()), Path(".") / "x")
         try:
             with copyback.staging_directory(first.parent) as staging:
-                arrived = copyback.extract(data, [*names, *read_if_there], staging)
+                arrived = copyback.extract(archive, [*names, *read_if_there], staging,
+                                           self.max_copy_bytes)
                 missing = [name for name in names if name not in arrived]
                 if missing:
                     raise copyback.CopyError(f"the pod sent no {', '.join(missing)}")
@@ -326,23 +348,19 @@ def same_image(a: str, b: str) -> bool:
     return name_a == name_b
 
 
-def verify_toolset_container(pod: dict[str, Any], name: str, expected: str | None) -> None:
-    """Refuse a container that does not run the toolset: its spec image and the image the
-    kubelet runs must both be `expected` (the installed toolset image). An ephemeral container
-    must also carry attach's marker. Without an expected image (no settings readable) the
-    check falls back to the status annotation's image and the toolset's entrypoint command."""
-    spec = pod.get("spec") or {}
+def verify_toolset_container(pod: dict[str, Any], name: str, settings: Settings) -> None:
+    """Refuse a container that is not our toolset: it must verify exactly as the guard verifies
+    it (webhook.guard.toolset: rebuilt from `settings` for the profile it claims and compared),
+    and the image the kubelet runs in it must be the one in its spec. The status annotation
+    and the container's name prove nothing: anyone who may patch or create the pod writes
+    them, and the toolset image is public."""
+    from webhook.guard.toolset import verify_toolsets
+
     status = pod.get("status") or {}
     pod_name = (pod.get("metadata") or {}).get("name", "")
-    ephemeral = {c["name"]: c for c in _named(spec.get("ephemeralContainers"))}
-    regular = {c["name"]: c for c in _named(spec.get("containers"))
-               + _named(spec.get("initContainers"))}
-    container = ephemeral.get(name) or regular.get(name) or {}
     statuses = {s["name"]: s for key in ("containerStatuses", "initContainerStatuses",
                                          "ephemeralContainerStatuses")
                 for s in _named(status.get(key))}
-    image = str(container.get("image") or "")
-    running = str((statuses.get(name) or {}).get("image") or "")
 
     def refuse(why: str) -> SessionError:
         return SessionError(
@@ -352,22 +370,22 @@ def verify_toolset_container(pod: dict[str, Any], name: str, expected: str | Non
             EXIT_NO_TOOLSET,
         )
 
-    if name in ephemeral and not is_attached(container):
-        raise refuse("it is an ephemeral container that `sidecar-debug attach` did not add")
-    if expected is None:
-        status = read_status(pod).status
-        recorded = status.image if status else None
-        command = container.get("command")
-        entrypoint = command[0] if isinstance(command, list) and command else ""
-        if Path(str(entrypoint)).name != constants.TOOLSET_ENTRYPOINT:
-            raise refuse(f"it does not run {constants.TOOLSET_ENTRYPOINT}")
-        expected = str(recorded) if isinstance(recorded, str) and recorded else image
-    if not same_image(image, expected):
-        raise refuse(f"it runs image {image or '(none)'}, not the toolset image {expected}")
+    report = verify_toolsets(pod, settings, lambda image: image == settings.toolset_image)
+    if not any(t.container.name == name for t in report.toolsets):
+        why = next((v.message for v in report.violations
+                    if v.container is not None and v.container.name == name), None)
+        spec = pod.get("spec") or {}
+        every = {c["name"]: c for key in ("containers", "initContainers", "ephemeralContainers")
+                 for c in _named(spec.get(key))}
+        image = str((every.get(name) or {}).get("image") or "(none)")
+        raise refuse(why or f"it is not what sidecar-debug builds for any profile (it runs "
+                     f"image {image}; the toolset image is {settings.toolset_image})")
+    running = str((statuses.get(name) or {}).get("image") or "")
     if not running:
         raise refuse("it is not running")
-    if not same_image(running, expected):
-        raise refuse(f"the node runs image {running} in it, not the toolset image {expected}")
+    if not same_image(running, settings.toolset_image):
+        raise refuse(f"the node runs image {running} in it, not the toolset image "
+                     f"{settings.toolset_image}")
 
 
 def _api_message(error: Any, what: str) -> str:
@@ -511,9 +529,9 @@ def server_minor_version(api_client: Any) -> int:
 
 
 def attach_settings(session: Session) -> Settings:
-    """The settings `attach` builds from: the installed webhook's; with only --image, the
-    built-in profiles and that image (said on stderr); else a refusal that says how to point
-    at the settings."""
+    """The settings `attach` builds from, and a toolset is verified against: the installed
+    webhook's; with only --image, the built-in profiles and that image (said on stderr); else a
+    refusal that says how to point at the settings."""
     installed = session.settings()
     if installed is not None:
         settings = installed.settings

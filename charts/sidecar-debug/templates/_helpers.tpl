@@ -253,6 +253,16 @@ the environment (SIDECAR_DEBUG_WEBHOOK_NAMESPACE, downward API), not from here.
 {{- $_ := set $s "serviceName" (include "sidecar-debug.serviceName" .) -}}
 {{- $_ := set $s "webhookConfiguration" (include "sidecar-debug.webhookConfigurationName" .) -}}
 {{- $_ := set $s "clusterDomain" .Values.clusterDomain -}}
+{{- $g := .Values.guard -}}
+{{- $_ := set $s "guardLevel" $g.level -}}
+{{- $owners := list (printf "system:serviceaccount:%s:%s" .Release.Namespace (include "sidecar-debug.serviceAccountName" .)) -}}
+{{- if .Values.controller.enabled -}}
+{{- $owners = append $owners (printf "system:serviceaccount:%s:%s" .Release.Namespace (include "sidecar-debug.controllerServiceAccountName" .)) -}}
+{{- end -}}
+{{- $_ := set $s "annotationOwners" (concat $owners $g.annotationOwners | uniq) -}}
+{{- $_ := set $s "guardExemptUsernames" $g.exemptions.usernames -}}
+{{- $_ := set $s "guardExemptRuntimeClassNames" $g.exemptions.runtimeClassNames -}}
+{{- $_ := set $s "guardExemptNamespaces" $g.exemptions.namespaces -}}
 {{- toYaml $s -}}
 {{- end -}}
 
@@ -328,4 +338,21 @@ problems come back as warnings (one per line) that NOTES.txt prints.
   operator: NotIn
   values:
 {{ include "sidecar-debug.excludedNamespaces" . | indent 4 }}
+{{- end -}}
+
+{{/*
+Guarded namespaces (webhook/constants.py LABEL_GUARD), as the matchExpressions of one of three
+disjoint parts: "optIn" (labelled <labelKey>=<labelEnabled>), "label" (not opted in, carrying the
+guard label) and "none" (neither). Selectors cannot say "or": each part is its own entry.
+*/}}
+{{- define "sidecar-debug.guardedNamespaces" -}}
+{{- $inj := .root.Values.injection -}}
+- key: {{ $inj.labelKey }}
+  operator: {{ ternary "In" "NotIn" (eq .by "optIn") }}
+  values: [{{ $inj.labelEnabled | quote }}]
+{{- if ne .by "optIn" }}
+- key: sidecar-debug.io/guard
+  operator: {{ ternary "Exists" "DoesNotExist" (eq .by "label") }}
+{{- end }}
+{{ include "sidecar-debug.namespaceExclusion" .root }}
 {{- end -}}

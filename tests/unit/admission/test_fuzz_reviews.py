@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from tests.unit.admission.conftest import Tracebacks
 from tests.unit.policy.test_policy import FakeCluster, make_gate, policy_text
 from webhook import constants
+from webhook.admission.guard import PodGuard
 from webhook.admission.mutate import Mutator
 from webhook.admission.review import decode_patch
 from webhook.config import Settings, load_settings
@@ -468,3 +469,38 @@ def test_hostile_namespace_reviews_get_answers_and_no_traceback(
 
     review()
     assert outcomes.get("allowed", 0) >= 50 and outcomes.get("400", 0) >= 50, outcomes
+
+
+GUARD_EXAMPLES = 2_000
+
+
+def test_hostile_reviews_to_the_guard_get_answers_and_no_traceback(
+    tmp_path: Path, tracebacks: Tracebacks
+) -> None:
+    """The same hostile corpus sent to /validate-pods (issue 17): an answer for every one (a
+    refusal with a 4xx code), never an internal error, not one logged traceback."""
+    webhook_settings: Settings = load_settings(environ={"SIDECAR_DEBUG_TOOLSET_IMAGE": TOOLSET})
+    cluster = FuzzCluster()
+    cluster.grant_sa("demo", "app", "full")
+    gate = make_gate(webhook_settings, cluster, POLICY, tmp_path)
+    guard = PodGuard(webhook_settings, gate, pods=FuzzPods())
+    client = create_app(webhook_settings, gate, pod_validator=guard.review).test_client()
+    reasons: dict[str, int] = {}
+
+    @settings(max_examples=GUARD_EXAMPLES, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(hostile_reviews())
+    def review(body: dict[str, Any]) -> None:
+        tracebacks.found.clear()
+        reply = client.post("/validate-pods", data=json.dumps(body),
+                            content_type="application/json")
+        _check_answer(body, reply.status_code, reply.data)
+        assert tracebacks.found == [], tracebacks.found
+        audit = (reply.get_json().get("response") or {}).get("auditAnnotations") or {}
+        reason = audit.get(constants.AUDIT_REASON, "none")
+        reasons[reason] = reasons.get(reason, 0) + 1
+
+    review()
+    assert "internal-error" not in reasons, reasons
+    for reason in ("allowed", "pod-security", "malformed"):
+        assert reasons.get(reason, 0) >= 20, reasons

@@ -148,10 +148,25 @@ def pod(name: str, *, namespace: str = "shop", created: dt.datetime = NOW,
 
 
 def injected(name: str, profile: str = "lttng", grant: str = "unprivileged",
-             **kwargs: Any) -> dict[str, Any]:
-    return pod(name, status={"profile": profile, "grant": grant, "container": "debug-toolset",
-                             "version": "0.1.0"},
-               containers=("debug-toolset", "app"), **kwargs)
+             deadline: dt.datetime | None = None, **kwargs: Any) -> dict[str, Any]:
+    """A pod the webhook injected: the status annotation, and the session's facts in the
+    toolset's env (admitted when the pod was created)."""
+    document = pod(name, status={"profile": profile, "grant": grant,
+                                 "container": "debug-toolset", "version": "0.1.0"},
+                   containers=("debug-toolset", "app"), **kwargs)
+    document["spec"]["containers"][0]["env"] = toolset_env(
+        profile, grant, document["metadata"]["creationTimestamp"], deadline)
+    return document
+
+
+def toolset_env(profile: str, grant: str, started: str,
+                deadline: dt.datetime | None = None) -> list[dict[str, str]]:
+    env = [{"name": constants.ENV_PROFILE, "value": profile},
+           {"name": constants.ENV_GRANT, "value": grant},
+           {"name": constants.ENV_SESSION_STARTED, "value": started}]
+    if deadline is not None:
+        env.append({"name": constants.ENV_SESSION_DEADLINE, "value": stamp(deadline)})
+    return env
 
 
 def attached_container(suffix: str = "a1b2c3", profile: str = "perf",

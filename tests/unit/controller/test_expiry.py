@@ -124,17 +124,18 @@ def test_report_writes_one_event_per_session_and_counts_it(tmp_path: Path) -> No
     assert count("report", "reported") == before + 1
 
 
-def test_the_overdue_annotation_from_admission_counts_even_without_a_limit_now(
+def test_the_deadline_from_admission_counts_even_without_a_limit_now(
         tmp_path: Path) -> None:
     api = FakeApi()
-    api.pods = [injected("web", created=NOW - HOUR, annotations={
-        constants.ANNOTATION_OVERDUE_AFTER: stamp(NOW - 5 * 60 * dt.timedelta(seconds=1))})]
+    api.pods = [injected("web", created=NOW - HOUR,
+                         deadline=NOW - 5 * 60 * dt.timedelta(seconds=1))]
     rules = gate(tmp_path, [{"name": "unlimited", "match": {"namespaces": ["shop"]},
                              "onExpiry": "report"}])
     result = expiry_pass(api, rules).run()
     assert result.actions == [("shop/web", "report", "reported")]
     [event] = events(api, "DebugSessionExpired")
-    assert "11:55:00Z (sidecar-debug.io/overdue-after)" in event["message"]
+    assert "11:55:00Z (the deadline set at admission, SIDECAR_DEBUG_SESSION_DEADLINE)" in (
+        event["message"])
 
 
 def test_sessions_within_their_limit_standby_and_finished_pods_are_left_alone(
@@ -274,8 +275,15 @@ def test_an_undecidable_namespace_selector_rule_means_no_action(tmp_path: Path) 
     assert expiry_pass(api, rules).run().actions == [("shop/web", "evict", "evicted")]
 
 
-@pytest.mark.parametrize("bad", ["not json", "[1]", '{"container": 7}'])
-def test_a_foreign_status_annotation_is_read_as_naming_the_default_sidecar(bad: str) -> None:
-    document = pod("x", containers=("debug-toolset", "app"),
-                   annotations={constants.ANNOTATION_STATUS: bad})
-    assert [s.container for s in sessions_of(document)] == ["debug-toolset"]
+@pytest.mark.parametrize("bad", ["not json", "[1]", '{"container": 7}', None,
+                                 '{"mode": "standby"}', '{"container": "app"}'])
+def test_the_toolset_is_found_whatever_the_status_annotation_says(bad: str | None) -> None:
+    """Issue 17: deleting or rewriting the annotation no longer hides a session."""
+    document = injected("x", profile="full", grant="user:alice")
+    if bad is None:
+        del document["metadata"]["annotations"][constants.ANNOTATION_STATUS]
+    else:
+        document["metadata"]["annotations"][constants.ANNOTATION_STATUS] = bad
+    [session] = sessions_of(document)
+    assert (session.kind, session.container, session.profile, session.grant) == (
+        INJECTED, "debug-toolset", "full", "user:alice")

@@ -12,7 +12,6 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from tests.unit.controller.fake import NOW, attached_container, injected, pod, running
-from webhook import constants
 from webhook.commands import sessions as sessions_cli
 from webhook.commands.cli import main
 from webhook.kube import client as kube
@@ -24,8 +23,7 @@ MINUTE = dt.timedelta(minutes=1)
 def cluster_pods() -> list[dict[str, Any]]:
     recent = NOW - 20 * MINUTE
     return [
-        injected("web-7d9f", created=recent, annotations={
-            constants.ANNOTATION_OVERDUE_AFTER: "2026-12-03T13:00:00Z"}),
+        injected("web-7d9f", created=recent, deadline=dt.datetime(2026, 12, 3, 13, tzinfo=dt.UTC)),
         pod("cart-0", created=NOW - 3 * 60 * MINUTE,
             status={"mode": "standby", "profile": "perf", "grant": "unprivileged"},
             ephemeral=[attached_container("c0ffee", grant="user:alice")],

@@ -15,10 +15,11 @@ from webhook.admission.review import decode_patch
 from webhook.inject.patch import apply_patch
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "admission"
-# Pod CREATE reviews; the pods/ephemeralcontainers UPDATE ones are tests/unit/admission's.
+# Pod CREATE reviews; the UPDATE ones (pods/ephemeralcontainers, the guard's pod-update) are
+# tests/unit/admission's.
 CASES = sorted(
     path for path in FIXTURES.glob("*.json")
-    if not json.loads(path.read_text())["request"].get("subResource")
+    if json.loads(path.read_text())["request"]["operation"] == "CREATE"
 )
 
 

@@ -12,6 +12,7 @@ import pytest
 from tests.unit.core_helpers import default_settings, injected, settings_with
 from webhook import constants
 from webhook.inject.decision import decide, foreign_os
+from webhook.inject.sidecar import SESSION_FACTS
 from webhook.inject.workloads import inject_document
 
 EXIT = constants.ENV_EXIT_WITH_APP
@@ -143,8 +144,11 @@ def test_offline_job_and_cronjob_get_what_the_webhook_gives_their_pods(
     assert toolset_env(template)[EXIT] == "true"
     # offline inject warned about nothing (checked before the webhook's review logs)
     assert capsys.readouterr().err == ""
-    # The same as the webhook patches into the Job controller's pod.
+    # The same as the webhook patches into the Job controller's pod, but the session's facts
+    # (written at admission: the webhook adds them to each pod made from the template).
     webhook_pod, _ = injected(pod("Never"))
+    toolset = webhook_pod["spec"]["containers"][0]
+    toolset["env"] = [e for e in toolset["env"] if e["name"] not in SESSION_FACTS]
     assert template["spec"]["containers"] == webhook_pod["spec"]["containers"]
 
 

@@ -4,6 +4,7 @@ tar-over-exec copy-back of hostile archives (with a fake exec)."""
 from __future__ import annotations
 
 import base64
+import copy
 import io
 import json
 import os
@@ -16,6 +17,9 @@ import pytest
 
 from webhook import constants
 from webhook.commands import cli
+from webhook.config import load_settings
+from webhook.inject.attach import build_attach_container
+from webhook.inject.sidecar import InjectionPlan, inject_pod
 from webhook.sessions import session as sessions
 
 TOOLSET = "localhost/sidecar-debug/toolset:0.1.0"
@@ -83,76 +87,81 @@ def test_unknown_requested_container() -> None:
 # --- is the chosen container really the toolset? ------------------------------------------------
 
 
-def injected_pod(*, annotation_names: str = "debug-toolset", sidecar_image: str = TOOLSET,
-                 running_image: str | None = None, app_image: str = "shop/web:1") -> dict[str, Any]:
-    status = {"container": annotation_names, "image": TOOLSET, "profile": "full"}
-    return {
-        "metadata": {"name": "web", "annotations": {
-            constants.ANNOTATION_STATUS: json.dumps(status)}},
-        "spec": {"containers": [
-            {"name": "debug-toolset", "image": sidecar_image,
-             "command": [constants.TOOLSET_ENTRYPOINT]},
-            {"name": "app", "image": app_image, "command": ["node", "app.js"]},
-        ]},
-        "status": {"containerStatuses": [
-            {"name": "debug-toolset", "image": running_image or sidecar_image},
-            {"name": "app", "image": f"docker.io/{app_image}"},
-        ]},
-    }
+SETTINGS = load_settings(environ={}, overrides={"toolset_image": TOOLSET})
 
 
-def test_the_injected_toolset_running_the_installed_image_is_trusted() -> None:
+def injected_pod(*, running_image: str | None = None, profile: str = "perf") -> dict[str, Any]:
+    """A pod as the injector builds it (the real one), running."""
+    app = {"metadata": {"name": "web"}, "spec": {"containers": [
+        {"name": "app", "image": "shop/web:1", "command": ["node", "app.js"]}]}}
+    pod, _ = inject_pod(app, InjectionPlan(profile=SETTINGS.profiles[profile]), SETTINGS)
+    pod["status"] = {"containerStatuses": [
+        {"name": "debug-toolset", "image": running_image or TOOLSET},
+        {"name": "app", "image": "docker.io/shop/web:1"},
+    ]}
+    return pod
+
+
+def test_the_injected_toolset_is_trusted() -> None:
     manifest = injected_pod()
     name = sessions.find_toolset_container(manifest, None, "debug-toolset")
-    sessions.verify_toolset_container(manifest, name, TOOLSET)
+    sessions.verify_toolset_container(manifest, name, SETTINGS)
 
 
 def test_status_annotation_naming_the_app_container_is_refused() -> None:
     """Anyone who may patch the pod can point the status annotation at the app container (and
     its `image` at the app's image): the session must not exec there."""
-    manifest = injected_pod(annotation_names="app")
+    manifest = injected_pod()
     manifest["metadata"]["annotations"][constants.ANNOTATION_STATUS] = json.dumps(
         {"container": "app", "image": "shop/web:1"})
     name = sessions.find_toolset_container(manifest, None, "debug-toolset")
     assert name == "app"
     with pytest.raises(sessions.SessionError) as raised:
-        sessions.verify_toolset_container(manifest, name, TOOLSET)
+        sessions.verify_toolset_container(manifest, name, SETTINGS)
     assert raised.value.code == sessions.EXIT_NO_TOOLSET
     assert "shop/web:1" in str(raised.value) and TOOLSET in str(raised.value)
-    # Without readable settings the image comes from the annotation the attacker wrote: the
-    # container must still run the toolset's entrypoint.
-    with pytest.raises(sessions.SessionError) as raised:
-        sessions.verify_toolset_container(manifest, name, None)
-    assert constants.TOOLSET_ENTRYPOINT in str(raised.value)
+
+
+def test_a_container_running_the_toolset_image_with_its_own_command_is_refused() -> None:
+    """Issue 17: the toolset image is public; a pod can run it with its own PATH and scripts."""
+    manifest = injected_pod()
+    sidecar = manifest["spec"]["containers"][0]
+    for change in ({"command": ["sh", "-c", "evil"]},
+                   {"env": [*sidecar["env"], {"name": "PATH", "value": "/tmp/evil"}]},
+                   {"securityContext": {"privileged": True}}):
+        forged = copy.deepcopy(manifest)
+        forged["spec"]["containers"][0].update(change)
+        with pytest.raises(sessions.SessionError) as raised:
+            sessions.verify_toolset_container(forged, "debug-toolset", SETTINGS)
+        assert raised.value.code == sessions.EXIT_NO_TOOLSET, change
 
 
 def test_a_patched_sidecar_image_is_refused_in_spec_and_in_status() -> None:
+    patched = injected_pod()
+    patched["spec"]["containers"][0]["image"] = "evil:1"
     with pytest.raises(sessions.SessionError):
-        sessions.verify_toolset_container(injected_pod(sidecar_image="evil:1"), "debug-toolset",
-                                          TOOLSET)
+        sessions.verify_toolset_container(patched, "debug-toolset", SETTINGS)
     # `kubectl set image` changed the spec back, but the node still runs another image.
     with pytest.raises(sessions.SessionError) as raised:
         sessions.verify_toolset_container(injected_pod(running_image="evil:1"), "debug-toolset",
-                                          TOOLSET)
+                                          SETTINGS)
     assert "the node runs image evil:1" in str(raised.value)
 
 
-def test_attached_container_needs_marker_and_image() -> None:
+def test_attached_container_must_be_what_attach_builds() -> None:
     manifest = injected_pod()
-    manifest["spec"]["ephemeralContainers"] = [
-        {"name": "debug-toolset-aaaaaa", "image": TOOLSET, "env": [MARKER]},
-        {"name": "debug-toolset-bbbbbb", "image": TOOLSET},
-        {"name": "debug-toolset-cccccc", "image": "busybox", "env": [MARKER]},
-    ]
+    built = build_attach_container(manifest, SETTINGS, SETTINGS.profiles["lttng"],
+                                   name="debug-toolset-aaaaaa", target="app")
+    unmarked = {**built, "name": "debug-toolset-bbbbbb", "env": [
+        e for e in built["env"] if e["name"] != constants.ENV_ATTACHED]}
+    other_image = {**built, "name": "debug-toolset-cccccc", "image": "busybox"}
+    manifest["spec"]["ephemeralContainers"] = [built, unmarked, other_image]
     manifest["status"]["ephemeralContainerStatuses"] = [
-        {"name": "debug-toolset-aaaaaa", "image": TOOLSET},
-        {"name": "debug-toolset-bbbbbb", "image": TOOLSET},
-        {"name": "debug-toolset-cccccc", "image": "docker.io/library/busybox:latest"},
-    ]
-    sessions.verify_toolset_container(manifest, "debug-toolset-aaaaaa", TOOLSET)
+        {"name": c["name"], "image": c["image"]} for c in (built, unmarked, other_image)]
+    sessions.verify_toolset_container(manifest, "debug-toolset-aaaaaa", SETTINGS)
     for name in ("debug-toolset-bbbbbb", "debug-toolset-cccccc"):
         with pytest.raises(sessions.SessionError):
-            sessions.verify_toolset_container(manifest, name, TOOLSET)
+            sessions.verify_toolset_container(manifest, name, SETTINGS)
 
 
 @pytest.mark.parametrize(("a", "b", "same"), [
@@ -175,9 +184,15 @@ class FakeSession(sessions.Session):
         self.archive = archive
         self.commands: list[list[str]] = []
 
-    def exec(self, command: Sequence[str], **_: Any) -> sessions.ExecResult:
+    def exec(self, command: Sequence[str], *, on_stdout: Any = None, keep_stdout: bool = True,
+             **_: Any) -> sessions.ExecResult:
+        """Sends the archive as exec does: in chunks to on_stdout, kept only if asked."""
         self.commands.append(list(command))
-        return sessions.ExecResult(0, base64.b64encode(self.archive).decode(), "")
+        text = base64.b64encode(self.archive).decode()
+        for start in range(0, len(text), 4099):
+            if on_stdout:
+                on_stdout(text[start:start + 4099])
+        return sessions.ExecResult(0, text if keep_stdout else "", "")
 
 
 def tar_of(files: dict[str, bytes], extra: Sequence[tarfile.TarInfo] = ()) -> bytes:
@@ -418,7 +433,8 @@ class LocalToolset(sessions.Session):
     def toolset_container(self) -> str:
         return "tools"
 
-    def exec(self, command: Sequence[str], **_: Any) -> sessions.ExecResult:
+    def exec(self, command: Sequence[str], *, on_stdout: Any = None, keep_stdout: bool = True,
+             **_: Any) -> sessions.ExecResult:
         import subprocess
 
         if command[0] == "flamegraph":
@@ -428,7 +444,10 @@ class LocalToolset(sessions.Session):
                 (out / name).write_bytes(data)
             return sessions.ExecResult(0, "", "")
         done = subprocess.run(list(command), capture_output=True, text=True, check=False)
-        return sessions.ExecResult(done.returncode, done.stdout, done.stderr)
+        if on_stdout and done.stdout:  # as exec streams it
+            on_stdout(done.stdout)
+        return sessions.ExecResult(done.returncode, done.stdout if keep_stdout else "",
+                                   done.stderr)
 
 
 def page_data(html: str) -> Any:
