@@ -53,14 +53,17 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
     and others, which frame names may hold)."""
     if not isinstance(text, str):
         raise FoldedError(f"expected text, got {type(text).__name__}")
+    # JSON's "\ud800" decodes to a lone surrogate, which UTF-8 cannot store.
+    surrogate = None if text.isascii() else _SURROGATE.search(text)
+    if surrogate:
+        number = text.count("\n", 0, surrogate.start()) + 1
+        raise FoldedError(f"line {number}: a lone surrogate (U+D800 to U+DFFF) is not text")
     for number, raw in enumerate(text.split("\n"), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         if len(line) > MAX_LINE:
             raise FoldedError(f"line {number}: longer than {MAX_LINE} characters")
-        if _SURROGATE.search(line):  # JSON's "\ud800" decodes to one; UTF-8 cannot store it
-            raise FoldedError(f"line {number}: a lone surrogate (U+D800 to U+DFFF) is not text")
         yield number, line
 
 
@@ -68,7 +71,7 @@ def _frames(stack: str, number: int) -> Stack:
     frames = tuple(stack.strip().split(";"))
     if len(frames) > MAX_DEPTH:
         raise FoldedError(f"line {number}: {len(frames)} frames, more than {MAX_DEPTH}")
-    if any(not frame for frame in frames):
+    if "" in frames:
         raise FoldedError(f"line {number}: empty frame name in {_excerpt(stack)!r}")
     return frames
 
