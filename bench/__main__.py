@@ -1,5 +1,6 @@
 """`python -m bench` (`make bench`): handler cost, scaling, memory and pod creation on the real
-apiserver, and the flame graph renderer's speed; prints a table and writes
+apiserver, the flame graph renderer's speed and the toolset's flame graph recording
+(podman); prints a table and writes
 bench/results/<name>-<time>.json. docs/performance.md
 explains every number and the commands that reproduce them."""
 
@@ -19,7 +20,7 @@ from bench.servers import ServerSpec
 from webhook.config import Settings
 
 SECTIONS = ("handler", "guard", "workers", "slow-clients", "scaling", "memory", "e2e",
-            "render")
+            "render", "flamegraph")
 WORKER_CONFIGS = (
     "sync:2,gthread:2x4,balanced:1x4,balanced:2x1,balanced:2x2,balanced:2x4,balanced:2x8,"
     "balanced:3x4,balanced:4x2"
@@ -77,6 +78,8 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--e2e-modes", default="null,fixed-patch,webhook,rbac-cached,rbac-cold")
     parser.add_argument("--render-stacks", type=int, default=50_000,
                         help="render section: distinct stacks of the synthetic profile")
+    parser.add_argument("--flamegraph-rounds", type=int, default=3,
+                        help="flamegraph section: interleaved rounds (podman, root)")
     parser.add_argument("--no-cluster", action="store_true",
                         help="skip the e2e section (the only one that needs Kubernetes)")
     parser.add_argument("--reuse-cluster", action="store_true",
@@ -94,6 +97,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         args.worker_rounds, args.worker_seconds = 1, 0
         args.slow_configs = "balanced:2x4"
         args.render_stacks = min(args.render_stacks, 5000)
+        args.flamegraph_rounds = 1
     return args
 
 
@@ -182,6 +186,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             _log(f"render: {args.render_stacks} stacks")
             results["render"] = render.render_speed(args.render_stacks,
                                                     rounds=1 if args.quick else 5)
+            save()
+        if "flamegraph" in sections:
+            from bench import flamegraph
+
+            results["flamegraph"] = flamegraph.flamegraph_speed(rounds=args.flamegraph_rounds,
+                                                                log=_log)
             save()
         results["meta"]["stub_api_calls"] = stub_api.calls()
     results["json"] = str(save())

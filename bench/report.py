@@ -41,7 +41,7 @@ def _target(name: str, met: bool | None, value: str, goal: str) -> dict[str, Any
 
 
 def targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
-    rows = []
+    rows = _flamegraph_targets(results.get("flamegraph") or {})
     handler = results.get("handler")
     if handler:
         typical8 = next((c for c in handler["comparisons"]
@@ -131,6 +131,21 @@ def flask_cost_ms(comparison: Mapping[str, Any]) -> float | None:
     if flask is None or plain is None:
         return None
     return round(float(flask) - float(plain), 3)
+
+
+def _flamegraph_targets(flame: Mapping[str, Any]) -> list[dict[str, Any]]:
+    ours = flame.get("flamegraph")
+    if not ours:
+        return []
+    return [
+        _target("flame graph: command to folded + meta beyond a 10 s recording",
+                ours["beyond_recording_s"] <= 2.0, f"{ours['beyond_recording_s']:.2f} s",
+                "<= 2 s"),
+        _target("flame graph: app throughput cost at 99 Hz", ours["overhead_percent"] < 3.0,
+                f"{ours['overhead_percent']:.1f} %", "< 3 %"),
+        _target("flame graph: named frames (Node demo)", ours["named_share"] >= 0.95,
+                f"{100 * ours['named_share']:.1f} %", ">= 95 %"),
+    ]
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -238,6 +253,15 @@ def render(results: Mapping[str, Any]) -> str:
              "frames drawn"],
             [[speed["parse_cpu_ms"], speed["render_cpu_ms"], speed["total_ms"],
               speed.get("browser_draw_ms", "-"), speed.get("frames_drawn", "-")]]))
+    flame = results.get("flamegraph")
+    if flame:
+        from bench import flamegraph
+
+        out.append(f"\n6. Flame graph recording of the demo's Node sample ({flame.get('seconds')} "
+                   f"s at {flame.get('frequency')} Hz, median of {flame.get('rounds')} rounds), "
+                   "side by side with perf run directly")
+        out.append(_table(["tool", "beyond the recording", "app throughput cost", "named"],
+                          flamegraph.table(flame)))
     rows = results.get("targets") or []
     if rows:
         out.append("\nTargets")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the project's container images with podman, offline from any container registry.
 #
-#   scripts/images.sh base|webhook|toolset|toolset-slim|samples|all [--force]
+#   scripts/images.sh base|base-trixie|webhook|toolset|toolset-slim|samples|all [--force]
 #   scripts/images.sh setup        # only install/configure podman
 #   scripts/images.sh list         # show the project's images and their sizes
 #
@@ -11,12 +11,13 @@
 # already exists, so running this twice costs nothing. --force rebuilds anyway.
 #
 # Packages come from where this machine's package managers fetch them: the Debian mirror of its
-# apt sources (scripts/debian-mirror.sh), the npm registry of its npm configuration (the toolset's
-# d3-flame-graph is `npm pack`ed on the host when npm is installed, else inside the build).
+# apt sources (scripts/debian-mirror.sh), the package index of its pip configuration (the
+# webhook's dependencies, the toolset's py-spy wheel). The Python >= 3.12 sample needs Debian 13:
+# a second base, debootstrap'ed from the same mirror (base-trixie, built only for that sample).
 #
 # Environment: SIDECAR_DEBUG_CACHE (default ~/.cache/sidecar-debug), DEBIAN_MIRROR and
-# DEBIAN_SECURITY_MIRROR (default: from the apt sources), NPM_REGISTRY (only for a build without
-# npm on the host), HOST_CA_BUNDLE (CA bundle mounted into builds that reach PyPI/npm over HTTPS).
+# DEBIAN_SECURITY_MIRROR (default: from the apt sources), PIP_INDEX_URL (default: pip's
+# configuration), HOST_CA_BUNDLE (CA bundle mounted into builds that reach PyPI over HTTPS).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,10 +26,13 @@ HOST_CA_BUNDLE="${HOST_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
 VERSION="0.1.0"
 
 BASE_IMAGE="localhost/sidecar-debug/debian-base:bookworm"
+TRIXIE_BASE_IMAGE="localhost/sidecar-debug/debian-base:trixie"
 WEBHOOK_IMAGE="localhost/sidecar-debug/webhook:${VERSION}"
 TOOLSET_IMAGE="localhost/sidecar-debug/toolset:${VERSION}"
 TOOLSET_SLIM_IMAGE="localhost/sidecar-debug/toolset-slim:${VERSION}"
-SAMPLE_IMAGES=(node python c)
+# Sample apps, one per runtime the flame graphs are tested with (docs/techniques.md). Those whose
+# name ends in -trixie are built from the Debian 13 base.
+SAMPLE_IMAGES=(node python c go java python-trixie)
 INPUTS_LABEL="io.sidecar-debug.inputs"
 FORCE=0
 
@@ -36,7 +40,7 @@ log() { printf '[images] %s\n' "$*" >&2; }
 die() { printf '[images] error: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-  sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 as_root() {
@@ -133,23 +137,25 @@ up_to_date() {
 
 # --- images --------------------------------------------------------------------------------
 
+# build_base [SUITE IMAGE]: debootstrap SUITE (default bookworm) and import it as IMAGE.
 build_base() {
+  local suite="${1:-bookworm}" image="${2:-$BASE_IMAGE}"
   setup_podman
-  if [ "$FORCE" -eq 0 ] && podman image exists "$BASE_IMAGE"; then
-    log "$BASE_IMAGE exists (cached)"
+  if [ "$FORCE" -eq 0 ] && podman image exists "$image"; then
+    log "$image exists (cached)"
     return 0
   fi
-  local dir="$CACHE/debootstrap/bookworm"
-  local tarball="$CACHE/debootstrap/bookworm.tar"
+  local dir="$CACHE/debootstrap/$suite"
+  local tarball="$CACHE/debootstrap/$suite.tar"
   if [ "$FORCE" -eq 1 ] || [ ! -s "$tarball" ]; then
     local mirror security
-    mirror="$("$ROOT/scripts/debian-mirror.sh" --suite bookworm)" || exit 1
-    security="$("$ROOT/scripts/debian-mirror.sh" --suite bookworm --security)" || exit 1
-    log "debootstrap --variant=minbase bookworm from $mirror (a few minutes)"
+    mirror="$("$ROOT/scripts/debian-mirror.sh" --suite "$suite")" || exit 1
+    security="$("$ROOT/scripts/debian-mirror.sh" --suite "$suite" --security)" || exit 1
+    log "debootstrap --variant=minbase $suite from $mirror (a few minutes)"
     as_root rm -rf "$dir"
     mkdir -p "$dir"
-    as_root debootstrap --variant=minbase bookworm "$dir" "$mirror" >"$CACHE/debootstrap/log" 2>&1 \
-      || die "debootstrap failed, see $CACHE/debootstrap/log"
+    as_root debootstrap --variant=minbase "$suite" "$dir" "$mirror" >"$CACHE/debootstrap/log" 2>&1 \
+      || die "debootstrap $suite failed, see $CACHE/debootstrap/log"
     # Same slimming as Docker's debian:bookworm-slim: no docs, man pages or translations from
     # later installs, and no downloaded package lists or archives in the image.
     as_root tee "$dir/etc/dpkg/dpkg.cfg.d/docker-slim" >/dev/null <<'EOF'
@@ -171,9 +177,9 @@ APT::Install-Recommends "false";
 APT::Install-Suggests "false";
 EOF
     as_root tee "$dir/etc/apt/sources.list" >/dev/null <<EOF
-deb $mirror bookworm main
-deb $mirror bookworm-updates main
-deb $security bookworm-security main
+deb $mirror $suite main
+deb $mirror $suite-updates main
+deb $security $suite-security main
 EOF
     as_root find "$dir/usr/share/doc" -mindepth 2 ! -name copyright ! -type d -delete 2>/dev/null || true
     as_root rm -rf "$dir"/usr/share/man/* "$dir"/usr/share/info/* "$dir"/usr/share/locale/* \
@@ -182,13 +188,13 @@ EOF
     as_root tar -C "$dir" --numeric-owner -cf "$tarball.tmp" .
     as_root mv "$tarball.tmp" "$tarball"
   fi
-  log "podman import -> $BASE_IMAGE"
+  log "podman import -> $image"
   podman import \
     --change 'ENV=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'ENV=LANG=C.UTF-8' \
     --change 'CMD=["/bin/bash"]' \
-    "$tarball" "$BASE_IMAGE" >/dev/null
-  log "built $BASE_IMAGE"
+    "$tarball" "$image" >/dev/null
+  log "built $image"
 }
 
 # podman_build IMAGE HASH CONTEXT [podman build args...]
@@ -199,7 +205,7 @@ podman_build() {
   mkdir -p "$CACHE/build-logs"
   # Intermediate images of multi-stage builds are untagged: no `image prune` here, it would
   # throw away the layer cache that makes the next build quick.
-  if ! podman build --from "$BASE_IMAGE" --label "$INPUTS_LABEL=$hash" --tag "$image" \
+  if ! podman build --from "${FROM_IMAGE:-$BASE_IMAGE}" --label "$INPUTS_LABEL=$hash" --tag "$image" \
     --layers "$@" "$context" >"$logfile" 2>&1; then
     tail -n 40 "$logfile" >&2
     die "building $image failed; full log: $logfile"
@@ -227,84 +233,56 @@ build_webhook() {
     log "$WEBHOOK_IMAGE up to date"
     return 0
   fi
-  # The package index the machine's pip is configured with (a mirror, a proxy), unless
-  # PIP_INDEX_URL says otherwise; none configured means pip's own default inside the build too.
-  local index="${PIP_INDEX_URL:-$(python3 -m pip config get global.index-url 2>/dev/null || true)}"
   local pip_args=()
-  if [[ "$index" == http* ]]; then pip_args=(--build-arg "PIP_INDEX_URL=$index"); fi
+  read -r -a pip_args <<<"$(pip_index_args)"
   podman_build "$WEBHOOK_IMAGE" "$hash" "$ROOT" --file "$ROOT/Dockerfile" "$(ca_mount)" \
     "${pip_args[@]}"
 }
 
-# dockerfile_arg FILE NAME: the default value of `ARG NAME=VALUE` in a Dockerfile.
-dockerfile_arg() {
-  sed -n "s/^ARG $2=//p" "$1" | head -n 1
-}
-
-# pack_toolset_npm_packages: `npm pack` d3-flame-graph into toolset/vendor/ with this machine's
-# npm and its configuration (registry, proxy, CA), its digest checked against the Dockerfile's.
-# Without npm here the Dockerfile packs it with Debian's npm instead (NPM_REGISTRY applies).
-pack_toolset_npm_packages() {
-  local dockerfile="$ROOT/toolset/Dockerfile" vendor="$ROOT/toolset/vendor"
-  local version digest tarball tmp
-  version="$(dockerfile_arg "$dockerfile" D3_FLAME_GRAPH_VERSION)"
-  digest="$(dockerfile_arg "$dockerfile" D3_FLAME_GRAPH_SHA256)"
-  tarball="d3-flame-graph-$version.tgz"
-  if [ -s "$vendor/$tarball" ] \
-    && echo "$digest  $vendor/$tarball" | sha256sum -c --status -; then
-    return 0
-  fi
-  rm -f "$vendor/$tarball"
-  if ! command -v npm >/dev/null; then
-    log "npm is not installed here: the toolset build packs d3-flame-graph with Debian's npm"
-    return 0
-  fi
-  log "npm pack d3-flame-graph@$version (registry: $(npm config get registry 2>/dev/null))"
-  tmp="$(mktemp -d)"
-  if ! (cd "$tmp" && npm pack --loglevel=error "d3-flame-graph@$version" >/dev/null 2>npm.log); then
-    # npm's own reason: its `code` line and the first message line (not the stack trace).
-    grep -E '^npm (error|ERR!) (code |[A-Za-z]*Error|[0-9]{3} |E[A-Z]+ |404)' "$tmp/npm.log" \
-      | head -n 3 >&2 || true
-    rm -rf "$tmp"
-    die "npm pack d3-flame-graph@$version failed: check npm's registry and proxy settings" \
-      "(npm config get registry), or uninstall npm to pack it inside the build"
-  fi
-  if ! echo "$digest  $tmp/$tarball" | sha256sum -c --status -; then
-    rm -rf "$tmp"
-    die "d3-flame-graph@$version from npm's registry does not have the digest pinned in" \
-      "toolset/Dockerfile (D3_FLAME_GRAPH_SHA256): a registry serving another tarball?"
-  fi
-  mkdir -p "$vendor"
-  mv "$tmp/$tarball" "$vendor/$tarball"
-  rm -rf "$tmp"
+# pip_index_args: `--build-arg PIP_INDEX_URL=...` for the package index this machine's pip is
+# configured with (a mirror, a proxy), unless PIP_INDEX_URL says otherwise; nothing when none
+# is configured (pip's own default inside the build too).
+pip_index_args() {
+  local index="${PIP_INDEX_URL:-$(python3 -m pip config get global.index-url 2>/dev/null || true)}"
+  if [[ "$index" == http* ]]; then printf -- '--build-arg PIP_INDEX_URL=%s' "$index"; fi
 }
 
 build_toolset_target() {
   local target="$1" image="$2"
   build_base
-  pack_toolset_npm_packages
-  local hash npm_args=()
-  if [ -n "${NPM_REGISTRY:-}" ]; then npm_args=(--build-arg "NPM_REGISTRY=$NPM_REGISTRY"); fi
-  hash="$(inputs_hash "base=$(image_id "$BASE_IMAGE") target=$target${npm_args[*]:+ ${npm_args[*]}}" toolset)"
+  local hash pip_args=()
+  read -r -a pip_args <<<"$(pip_index_args)"
+  hash="$(inputs_hash "base=$(image_id "$BASE_IMAGE") target=$target${pip_args[*]:+ ${pip_args[*]}}" toolset)"
   if up_to_date "$image" "$hash"; then
     log "$image up to date"
     return 0
   fi
   podman_build "$image" "$hash" "$ROOT/toolset" --file "$ROOT/toolset/Dockerfile" \
-    --target "$target" "${npm_args[@]}" "$(ca_mount)"
+    --target "$target" "${pip_args[@]}" "$(ca_mount)"
 }
 
+# build_samples [NAME...]: the sample apps (default: all). Each prints its build time.
 build_samples() {
   build_base
-  local name image hash
-  for name in "${SAMPLE_IMAGES[@]}"; do
+  local name image hash base started names=("$@")
+  [ "${#names[@]}" -gt 0 ] || names=("${SAMPLE_IMAGES[@]}")
+  for name in "${names[@]}"; do
+    [ -d "$ROOT/samples/$name" ] || die "no sample $name (samples/: ${SAMPLE_IMAGES[*]})"
     image="localhost/sidecar-debug/sample-$name:$VERSION"
-    hash="$(inputs_hash "base=$(image_id "$BASE_IMAGE")" "samples/$name")"
+    base="$BASE_IMAGE"
+    if [[ "$name" == *-trixie ]]; then
+      build_base trixie "$TRIXIE_BASE_IMAGE"
+      base="$TRIXIE_BASE_IMAGE"
+    fi
+    hash="$(inputs_hash "base=$(image_id "$base")" "samples/$name")"
     if up_to_date "$image" "$hash"; then
       log "$image up to date"
       continue
     fi
-    podman_build "$image" "$hash" "$ROOT/samples/$name" --file "$ROOT/samples/$name/Dockerfile"
+    started=$SECONDS
+    FROM_IMAGE="$base" podman_build "$image" "$hash" "$ROOT/samples/$name" \
+      --file "$ROOT/samples/$name/Dockerfile"
+    log "sample $name: $((SECONDS - started)) s"
   done
 }
 
@@ -327,10 +305,12 @@ main() {
   case "$cmd" in
     setup) setup_podman ;;
     base) build_base ;;
+    base-trixie) build_base trixie "$TRIXIE_BASE_IMAGE" ;;
     webhook) build_webhook ;;
     toolset) build_toolset_target full "$TOOLSET_IMAGE" ;;
     toolset-slim) build_toolset_target slim "$TOOLSET_SLIM_IMAGE" ;;
     samples) build_samples ;;
+    sample-*) build_samples "${cmd#sample-}" ;;
     all)
       build_webhook
       build_toolset_target full "$TOOLSET_IMAGE"

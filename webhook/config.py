@@ -85,6 +85,17 @@ class Settings:
     # Policy's SubjectAccessReview calls must finish well inside the webhook's own timeout.
     sar_timeout_seconds: float = 2.0
     sar_cache_seconds: float = 10.0
+    # The results service (webhook.results.service): its URL as the toolsets reach it
+    # (https://<svc>.<ns>.svc:<port>; empty: none, no results wiring is injected), the
+    # audience of the toolsets' projected tokens, their lifetime, and where the CA bundle the
+    # toolsets must trust is read (default: ca.crt beside tlsCertFile).
+    results_url: str = ""
+    results_audience: str = ""
+    results_token_seconds: int = 3600
+    results_ca_file: str | None = None
+    # With certificatesMode self, also issue the results service's serving certificate for this
+    # Service name (results.crt/results.key in the same Secret); empty: none.
+    results_service_name: str = ""
     # Certificates (see webhook.certs).
     certificates_mode: str = "provided"
     certificates_secret: str = constants.DEFAULT_CERTIFICATES_SECRET
@@ -289,3 +300,10 @@ def validate(settings: Settings) -> None:
     require(0 < settings.sar_timeout_seconds <= 10, "sarTimeoutSeconds", "must be in (0, 10]")
     for key in ("label_key", "label_enabled", "label_disabled"):
         require(bool(getattr(settings, key)), _camel(key), "must not be empty")
+    if settings.results_url:
+        require(settings.results_url.startswith("https://"), "resultsUrl",
+                 f"must be an https:// URL, got {settings.results_url!r}")
+        require(bool(settings.results_audience), "resultsAudience",
+                 "must be set with resultsUrl (the toolsets' tokens are bound to it)")
+    require(600 <= settings.results_token_seconds <= 86400, "resultsTokenSeconds",
+             "must be 600..86400 (the API's minimum for a projected token is 10 minutes)")

@@ -125,6 +125,27 @@ ANNOTATION_SCHEDULE: Final = f"{DOMAIN}/schedule"
 TECHNIQUE_PERF: Final = "perf"  # toolset/bin/flamegraph (perf record -g)
 TECHNIQUE_BPFTRACE_PROFILE: Final = "bpftrace-profile"  # bpftrace profile:hz, the pod's PID ns
 SCHEDULE_TECHNIQUES: Final = (TECHNIQUE_PERF, TECHNIQUE_BPFTRACE_PROFILE)
-# Retention of the stored results, read by the controller's schedules pass (chart: results.*).
+# The profile technique each schedule technique needs (the toolset's granted profile must have it).
+SCHEDULE_TECHNIQUE_NEEDS: Final = {TECHNIQUE_PERF: "perf", TECHNIQUE_BPFTRACE_PROFILE: "bcc"}
+# Retention of the stored results, read by the results service (chart: results.retention).
 ENV_RESULTS_KEEP: Final = "SIDECAR_DEBUG_RESULTS_KEEP"  # runs kept per pod
 ENV_RESULTS_MAX_AGE: Final = "SIDECAR_DEBUG_RESULTS_MAX_AGE"  # e.g. 30d
+
+# The results service (webhook.results.service): the toolset's results agent pulls its plan and
+# pushes its runs over HTTPS with a projected, audience-bound ServiceAccount token that the
+# webhook mounts into the toolset container only. The webhook writes these into the toolset's env.
+ENV_RESULTS_URL: Final = "SIDECAR_DEBUG_RESULTS_URL"  # https://<svc>.<ns>.svc:<port>
+ENV_RESULTS_CA: Final = "SIDECAR_DEBUG_RESULTS_CA"  # PEM bundle the service's certificate chains to
+ENV_POD_NAME: Final = "SIDECAR_DEBUG_POD_NAME"  # the downward API's metadata.name
+RESULTS_TOKEN_VOLUME: Final = f"{PRODUCT}-results-token"
+RESULTS_TOKEN_DIR: Final = f"/var/run/secrets/{DOMAIN}/results"
+RESULTS_TOKEN_FILE: Final = "token"  # noqa: S105 - a file name
+# Pod label the webhook adds with the results token, so a NetworkPolicy can admit these pods.
+LABEL_RESULTS_AGENT: Final = f"{DOMAIN}/results-agent"
+LABEL_RESULTS_AGENT_VALUE: Final = "true"
+# What the apiserver puts into a TokenReview's user.extra for a token bound to a pod.
+EXTRA_POD_NAME: Final = "authentication.kubernetes.io/pod-name"
+EXTRA_POD_UID: Final = "authentication.kubernetes.io/pod-uid"
+# Readers see a namespace's runs when RBAC allows them `get` on this resource there.
+RESULTS_READ_RESOURCE: Final = "debugresults"
+RESULTS_READ_VERB: Final = "get"

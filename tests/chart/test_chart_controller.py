@@ -60,16 +60,13 @@ def test_switched_off() -> None:
     assert not manifest.has("Deployment", NAME) and not manifest.has("ServiceAccount", NAME)
 
 
-def test_with_results_the_controller_runs_the_schedules_into_the_results_volume() -> None:
+def test_with_results_the_controller_checks_schedules_and_stores_nothing() -> None:
     spec = render(sets=["results.enabled=true"]).one("Deployment", NAME)["spec"]["template"][
         "spec"]
-    controller = spec["containers"][0]
+    [controller] = spec["containers"]  # the results page is not a container of this pod
     assert controller["name"] == "controller"
-    command = controller["command"]
-    assert command[command.index("--results-dir") + 1] == "/var/lib/sidecar-debug/results"
-    assert {"name": "results", "mountPath": "/var/lib/sidecar-debug/results"} in controller[
-        "volumeMounts"]
-    assert "results" in {v["name"] for v in spec["volumes"]}
-    # Off by default: no results directory, no schedules.
+    assert "--check-schedules" in controller["command"]
+    assert "--results-dir" not in controller["command"]
+    assert not any(v["name"] == "results" for v in spec["volumes"])
     plain = render().one("Deployment", NAME)["spec"]["template"]["spec"]["containers"][0]
-    assert "--results-dir" not in plain["command"]
+    assert "--check-schedules" not in plain["command"]

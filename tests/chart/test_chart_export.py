@@ -44,7 +44,7 @@ def test_nothing_without_a_sink_url() -> None:
 
 def test_the_storing_container_gets_the_settings_and_the_secrets() -> None:
     [(pod, container)] = exporting(render(sets=SINKS))
-    assert "--results-dir" in container["command"]  # the container that stores runs
+    assert container["command"][:3] == ["sidecar-debug", "results", "service"]  # the writer
     value = next(e["value"] for e in container["env"] if e["name"] == ENV_EXPORT)
     settings = ExportSettings.from_environ({ENV_EXPORT: value})  # the Python side accepts it
     sinks = {sink.kind: sink for sink in settings.sinks}
@@ -88,3 +88,25 @@ def test_the_defaults_are_the_python_defaults() -> None:
 ])
 def test_the_schema_refuses_what_the_exporter_would(value: str, field: str) -> None:
     assert field in template_error(sets=[*ON, value])
+
+
+def test_the_results_network_policy_lets_exports_out() -> None:
+    """The results service's egress is the API and DNS; a sink's URL port is added (to
+    egressTo when given), or every export would time out under an enforcing network plugin."""
+    def egress(manifest: Manifest) -> list[dict[str, Any]]:
+        policies = [p for p in manifest.all("NetworkPolicy")
+                    if p["metadata"]["name"].endswith("-results")]
+        assert len(policies) == 1
+        return list(policies[0]["spec"]["egress"])
+
+    plain = egress(render(sets=ON))
+    rules = egress(render(sets=SINKS))
+    assert rules[:len(plain)] == plain
+    assert rules[len(plain):] == [{"ports": [{"port": 443, "protocol": "TCP"},
+                                             {"port": 7070, "protocol": "TCP"}]}]
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    scoped = egress(render(sets=[
+        *ON, "results.export.pyroscope.url=http://pyroscope.monitoring:4040",
+        "results.export.egressTo[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name"
+        "=monitoring"]))
+    assert scoped[len(plain):] == [{"ports": [{"port": 4040, "protocol": "TCP"}], "to": [peer]}]

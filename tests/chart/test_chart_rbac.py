@@ -39,8 +39,10 @@ OTHER_CREDENTIALS = {
     "commands": "CLI commands run with the user's kubeconfig",
     "sessions": "session commands (exec, attach, copy) run with the user's kubeconfig",
     "controller": "the controller (issue 13) has its own ServiceAccount",
-    "schedules": "profiling schedules run in the controller (their roles: their own template)",
-    "results": "the results page runs in the controller's pod; its /api paths are its own",
+    "schedules": "schedule parsing and planning: pure, run by the controller and the results "
+                 "service with their own ServiceAccounts",
+    "results": "the results service has its own ServiceAccount (checked below); `results open` "
+               "runs with the user's kubeconfig",
 }
 # Calls only certificatesMode `self` makes (webhook.certs rotation through webhook.kube.secrets).
 SELF_MODE_RESOURCES = {
@@ -409,15 +411,14 @@ def test_other_service_account_names_are_bound() -> None:
 # ---------------------------------------------------------------- the controller (issue 13)
 
 CONTROLLER_SA = f"{FULLNAME}-controller"
-# The controller's own roles (templates/controller.yaml). Other roles bound to its
-# ServiceAccount (the schedules', in their own template) are checked by their own tests.
+# The controller's own roles (templates/controller.yaml), each for one purpose.
 CONTROLLER_PURPOSES = {
     "controller-leader-election", "controller-pod-reader", "controller-namespace-reader",
-    "controller-events", "controller-eviction", "controller-exec",
+    "controller-events", "controller-eviction", "controller-schedule-checks",
 }  # fmt: skip
-# The client's websocket exec is a GET (`get` on pods/exec); apiservers from 1.30 also check
-# `create` on the upgrade (KEP-4006), so both are granted for the one call.
-WEBSOCKET_EXEC_CREATE = ("", "pods/exec", "create")
+# Only with results.enabled: the schedule checks list namespaces (webhook/controller/schedules.py).
+SCHEDULE_CHECK_CALLS = {("", "namespaces", "list")}
+EXEC = {("", "pods/exec", "get"), ("", "pods/exec", "create")}
 
 
 def _source_calls(function: Callable[..., Any]) -> list[Call]:
@@ -429,17 +430,15 @@ def _source_calls(function: Callable[..., Any]) -> list[Call]:
 
 
 def controller_calls() -> list[Call]:
-    """Every API call the controller makes: its own modules, plus the two it makes through
-    shared code (the policy gate's namespace look-up, the session code's exec)."""
+    """Every API call the controller makes: its own modules, plus the one it makes through
+    shared code (the policy gate's namespace look-up)."""
     from webhook.kube.access import KubernetesClusterAPI
-    from webhook.sessions.session import Session
 
     found: list[Call] = []
     for path in sorted((WEBHOOK / "controller").rglob("*.py")) + [
             WEBHOOK / "commands" / "controller.py"]:
         found += calls_in(path.read_text(), str(path.relative_to(REPO)))
     found += _source_calls(KubernetesClusterAPI.namespace_labels)  # PolicyGate.rule_for
-    found += _source_calls(Session.exec)  # onExpiry stop (webhook.controller.kubeapi)
     return found
 
 
@@ -452,15 +451,19 @@ def test_the_scanner_finds_the_controllers_calls() -> None:
     used = {call.permission for call in controller_calls()}
     for known in [("coordination.k8s.io", "leases", "update"), ("", "pods", "list"),
                   ("", "pods/eviction", "create"), ("", "events", "create"),
-                  ("", "pods/exec", "get"), ("", "namespaces", "get")]:
+                  ("", "namespaces", "list"), ("", "namespaces", "get")]:
         assert known in used, (known, _where(controller_calls()))
 
 
 @pytest.mark.parametrize("kube_version", [KUBE_OLD, KUBE_NEW])
-def test_controller_rbac_is_exactly_what_its_code_calls(kube_version: str) -> None:
+@pytest.mark.parametrize("results", [False, True])
+def test_controller_rbac_is_exactly_what_its_code_calls(kube_version: str, results: bool) -> None:
     calls = controller_calls()
-    grants = controller_grants(render(kube_version=kube_version))
-    used = {c.permission for c in calls} | {WEBSOCKET_EXEC_CREATE}
+    grants = controller_grants(render(sets=[f"results.enabled={str(results).lower()}"],
+                                      kube_version=kube_version))
+    used = {c.permission for c in calls}
+    if not results:
+        used -= SCHEDULE_CHECK_CALLS
     _compare(used, [g.permission for g in grants], _where(calls))
     # One role per purpose; only the Lease is namespaced, and renewing it names it.
     roles = {(g.role, g.namespace) for g in grants}
@@ -474,11 +477,30 @@ def test_controller_rbac_is_exactly_what_its_code_calls(kube_version: str) -> No
             assert grant.permission == ("", "pods", "list"), grant  # never delete, never patch
 
 
-def test_controller_without_exec_loses_only_the_exec_role() -> None:
-    calls = controller_calls()
-    grants = controller_grants(render(sets=["controller.allowExec=false"]))
-    used = {c.permission for c in calls} - {("", "pods/exec", "get")}
-    _compare(used, [g.permission for g in grants], _where(calls))
+def test_the_controllers_code_execs_nowhere() -> None:
+    """Issue 19: no schedule execution and no exec-based stop in the controller."""
+    assert not EXEC & {c.permission for c in controller_calls()}
+    source = "\n".join(p.read_text() for p in (WEBHOOK / "controller").rglob("*.py"))
+    assert "connect_get_namespaced_pod_exec" not in source and "stream(" not in source
+    assert "webhook.sessions" not in source  # the workstation's exec and copy-back
+
+
+@pytest.mark.parametrize("scenario", [None, *sorted((CHART / "ci").glob("*.yaml"))],
+                         ids=lambda s: getattr(s, "name", "defaults"))
+@pytest.mark.parametrize("results", [False, True])
+def test_no_exec_right_anywhere_in_the_chart(scenario: Path | None, results: bool) -> None:
+    """Nothing the chart binds, to any ServiceAccount, allows pods/exec (or pods/attach, or a
+    wildcard that would include them)."""
+    sets = [f"results.enabled={str(results).lower()}"]
+    if scenario is not None and scenario.name == "provided-values.yaml" and results:
+        sets.append("results.tls.secretName=results-tls")
+    manifest = render([scenario] if scenario else [], sets=sets, kube_version=KUBE_OLD)
+    for role in manifest.all("ClusterRole") + manifest.all("Role"):
+        for rule in role.get("rules") or []:
+            resources = set(rule.get("resources") or [])
+            assert not resources & {"pods/exec", "pods/attach", "*"}, (role["metadata"], rule)
+            verbs = set(rule.get("verbs") or [])
+            assert "*" not in verbs, (role["metadata"], rule)
 
 
 def test_the_controller_is_not_bound_to_the_webhooks_roles_and_can_be_switched_off() -> None:
@@ -490,3 +512,48 @@ def test_the_controller_is_not_bound_to_the_webhooks_roles_and_can_be_switched_o
         f"ClusterRole/{FULLNAME}-controller-pod-reader"}
     off = render(sets=["controller.enabled=false"])
     assert not grants_of(off, CONTROLLER_SA) and not off.has("Deployment", CONTROLLER_SA)
+
+
+# ---------------------------------------------------------------- the results service (issue 19)
+
+RESULTS_SA = f"{FULLNAME}-results"
+# The service's own modules (webhook/results/opener.py is `results open`: the user's kubeconfig).
+# (web.py makes no API call: its /api paths are the page's own.)
+RESULTS_MODULES = ("service.py", "mirror.py", "auth.py", "planner.py", "store.py")
+
+
+def results_calls() -> list[Call]:
+    """Every API call the results service makes: its modules, plus the reviews and the policy
+    gate's namespace look-up it makes through webhook.kube.access."""
+    from webhook.kube.access import KubernetesClusterAPI
+
+    found: list[Call] = []
+    for name in RESULTS_MODULES:
+        path = WEBHOOK / "results" / name
+        found += calls_in(path.read_text(), str(path.relative_to(REPO)))
+    for method in (KubernetesClusterAPI.access_allowed, KubernetesClusterAPI.namespace_labels):
+        found += _source_calls(method)
+    return found
+
+
+def test_the_scanner_finds_the_results_services_calls() -> None:
+    used = {call.permission for call in results_calls()}
+    assert {("", "pods", "list"), ("", "pods", "watch"), ("", "namespaces", "list"),
+            ("", "namespaces", "watch"), ("authentication.k8s.io", "tokenreviews", "create"),
+            ("authorization.k8s.io", "subjectaccessreviews", "create")} <= used, _where(
+        results_calls())
+
+
+@pytest.mark.parametrize("kube_version", [KUBE_OLD, KUBE_NEW])
+def test_results_service_rbac_is_exactly_what_its_code_calls(kube_version: str) -> None:
+    calls = results_calls()
+    manifest = render(sets=["results.enabled=true"], kube_version=kube_version)
+    grants = grants_of(manifest, RESULTS_SA)
+    _compare({c.permission for c in calls}, [g.permission for g in grants], _where(calls))
+    allowed_resources = {"pods", "namespaces", "tokenreviews", "subjectaccessreviews"}
+    for grant in grants:
+        assert grant.permission[1] in allowed_resources, grant
+        assert grant.namespace is None and not grant.resource_names, grant
+    # Nothing else is bound to it, and nothing of it without results.
+    assert {g.role for g in grants} == {f"ClusterRole/{RESULTS_SA}"}
+    assert not grants_of(render(), RESULTS_SA)

@@ -9,6 +9,7 @@ runs in the chart's Deployment, minus the pod)."""
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
 import signal
@@ -212,39 +213,59 @@ def test_leader_failover_within_the_lease_duration(
     assert lease["spec"]["leaseTransitions"] >= 1
 
 
-def test_an_attached_toolset_past_its_time_is_stopped_and_the_app_keeps_running(
+def test_an_attached_toolset_ends_itself_at_its_deadline_and_the_app_keeps_running(
         full_cluster: Cluster, chart_release: str, make_namespace: MakeNamespace,
         controllers: Callable[..., Controller], tmp_path: Path) -> None:
-    """onExpiry stop: the controller ends the attached ephemeral toolset over exec; the pod,
-    its app container and its standby wiring stay."""
+    """onExpiry stop without exec (issue 19): the attached toolset ends itself at the deadline
+    in its env (the webhook writes it; here the test adds the ephemeral container with the
+    deadline as the webhook would); the controller, which holds no exec right, neither stops it
+    nor reports it while it ends in time. The pod, its app and its standby wiring stay."""
+    from webhook import constants
+    from webhook.inject.attach import attached_name, build_attach_container, default_target
+    from webhook.kube import client as kube
+    from webhook.sessions.session import Session, attach_settings
+
     namespace = make_namespace("stop", {"debug": "enabled"})
     apply(full_cluster, pod_manifest("cart", namespace,
                                      annotations={"sidecar-debug.io/mode": "standby"}))
     wait_pod_running(full_cluster, namespace, "cart")
-    attached = subprocess.run([SIDECAR_DEBUG, "attach", "cart", "-n", namespace, "--kubeconfig",
-                               str(full_cluster.kubeconfig)], capture_output=True, text=True,
-                              timeout=300)
-    assert attached.returncode == 0, attached.stderr
-    container = attached.stdout.splitlines()[0]
+    api = kube.api_client(str(full_cluster.kubeconfig))
+    session = Session(api_client=api, pod="cart", namespace=namespace)
+    settings = attach_settings(session)
+    pod = session.read_pod()
+    container = build_attach_container(pod, settings, settings.profiles["lttng"],
+                                       name=attached_name("d1e2a3"),
+                                       target=str(default_target(pod, settings)),
+                                       with_security_context=False)
+    deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=45)
+    container["env"].append({"name": constants.ENV_SESSION_DEADLINE,
+                             "value": deadline.strftime("%Y-%m-%dT%H:%M:%SZ")})
+    path = f"/api/v1/namespaces/{namespace}/pods/cart/ephemeralcontainers"
+    current = kube.request(api, "GET", path, None, None)
+    kube.request(api, "PUT", path, {
+        "apiVersion": "v1", "kind": "EphemeralContainers", "metadata": current["metadata"],
+        "ephemeralContainers": [container]}, "application/json")
 
     def state() -> dict[str, Any]:
         pod = full_cluster.kubectl_json("get", "pod", "cart", "-n", namespace)
         statuses = pod["status"].get("ephemeralContainerStatuses", [])
-        return dict(next(s for s in statuses if s["name"] == container)["state"])
+        found = [s for s in statuses if s["name"] == container["name"]]
+        return dict(found[0]["state"]) if found else {}
 
-    assert "running" in state()
+    wait_until(lambda: "running" in state(), 120, f"{container['name']} running")
     policy = _policy(tmp_path / "policy.yaml", namespace, "20s", "stop")
     controller = controllers("stopper", namespace, policy=policy)
     wait_until(lambda: "terminated" in state(), 120,
-               f"{container} to be stopped\n" + controller.log())
+               f"{container['name']} to end itself\n" + controller.log())
+    ended = dt.datetime.now(dt.UTC)
+    terminated = state()["terminated"]
+    assert terminated["exitCode"] == 0, terminated
+    assert ended >= deadline - dt.timedelta(seconds=2)  # at its deadline, not before
     pod = full_cluster.kubectl_json("get", "pod", "cart", "-n", namespace)
     assert pod["metadata"].get("deletionTimestamp") is None
     [app] = pod["status"]["containerStatuses"]
     assert app["name"] == "app" and "running" in app["state"] and app["restartCount"] == 0
-    [event] = _events(full_cluster, namespace, "DebugSessionStopped")
-    assert container in event["message"] and event["involvedObject"]["name"] == "cart"
-    assert 'sidecar_debug_session_expiry_actions_total{action="stop",result="stopped"} 1.0' in \
-        controller.metrics()
+    assert not _events(full_cluster, namespace, "DebugSessionExpired")  # it ended in time
     listing = subprocess.run([SIDECAR_DEBUG, "sessions", "-n", namespace, "--kubeconfig",
                               str(full_cluster.kubeconfig)], capture_output=True, text=True,
                              timeout=60)

@@ -1,6 +1,7 @@
 """The scheduled and triggered techniques in a real toolset container beside a Node app
 (podman): `trap` keeps the seconds before a CPU threshold and names the hot function, and the
-schedules' bpftrace-profile program samples only the pod's own tasks (its PID namespace)."""
+schedules' bpftrace-profile recording (the results agent's, as it runs for a plan) samples only
+the pod's own tasks (its PID namespace), and the service's collapser folds it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from tests.runtime import podman_pod
 from tests.runtime.podman_pod import PlayedPod
 from webhook.results import folded
-from webhook.schedules.runner import bpftrace_command, collapse_bpftrace
+from webhook.results.bpftrace import collapse_bpftrace
 
 pytestmark = [pytest.mark.runtime, pytest.mark.timeout(900)]
 
@@ -44,10 +45,12 @@ def test_trap_keeps_the_seconds_before_the_threshold(node_pod: PlayedPod) -> Non
 
 
 def test_bpftrace_profile_samples_only_the_pods_tasks(node_pod: PlayedPod) -> None:
-    result = node_pod.exec(*bpftrace_command(3, 49), timeout=300)
+    result = node_pod.exec("results-agent", "record", "bpftrace-profile", "--seconds", "3",
+                           "--frequency", "49", timeout=300)
     assert result.returncode == 0, result.stderr
     stacks = collapse_bpftrace(result.stdout)
     assert folded.total(stacks) > 0, result.stdout[:2000]
     # The host's other processes run too, but only this pod's PID namespace is sampled.
-    assert {frames[0] for frames in stacks} <= {"node", "toolset-entrypo", "sh", "sleep"}
+    assert {frames[0] for frames in stacks} <= {"node", "toolset-entrypo", "sh", "sleep",
+                                                "results-agent"}
     assert "node" in {frames[0] for frames in stacks}

@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# Every module of webhook/inject, webhook/guard and webhook/render (a new one is covered without
-# editing this list), plus these.
+# Every module of webhook/inject, webhook/guard, webhook/render and webhook/schedules (a new one
+# is covered without editing this list), plus these.
 PURE_CORE = (
     *sorted(f"webhook.inject.{p.stem}" for p in (ROOT / "webhook" / "inject").glob("*.py")),
     *sorted(f"webhook.guard.{p.stem}" for p in (ROOT / "webhook" / "guard").glob("*.py")),
     *sorted(f"webhook.render.{p.stem}" for p in (ROOT / "webhook" / "render").glob("*.py")),
+    *sorted(f"webhook.schedules.{p.stem}" for p in (ROOT / "webhook" / "schedules").glob("*.py")),
     "webhook.policy.api",
     "webhook.policy.model",
     "webhook.policy.privilege",

@@ -39,6 +39,8 @@ SIDECAR_COMMANDS = {
     "perf",
     "bpftrace",
     "babeltrace2",
+    "py-spy",
+    "jattach",
 }
 
 # Runtimes whose code is JIT-compiled: perf needs /tmp/perf-PID.map to name their frames.

@@ -21,6 +21,7 @@ from webhook import constants, jsonio, metrics
 from webhook.admission import review as admission
 from webhook.admission.ephemeral import review_ephemeral
 from webhook.admission.review import Request, Review
+from webhook.certs.tls import BundleFile, results_ca_file
 from webhook.config import Settings
 from webhook.inject import pipeline, shape
 from webhook.inject.decision import decide
@@ -86,6 +87,7 @@ class Mutator:
         if pods is None and hasattr(cluster, "read_pod"):
             pods = cluster
         self.pods = pods
+        self.results_ca = BundleFile(results_ca_file(settings) if settings.results_url else None)
 
     def review(self, body: Any) -> Review:
         started = time.perf_counter()
@@ -200,6 +202,7 @@ class Mutator:
         too_large = self._too_many_containers(pod, namespace)
         if too_large:
             return too_large
+        results_ca = self.results_ca.read()
         result = pipeline.run(
             pod,
             namespace,
@@ -207,7 +210,14 @@ class Mutator:
             self.policy,
             user=request.get("userInfo") or {},
             dry_run=bool(request.get("dryRun")),
+            results_ca=results_ca,
         )
+        warnings = list(result.warnings)
+        if self.settings.results_url and not results_ca and result.status == "injected":
+            warnings.append(
+                "sidecar-debug: the results service's CA is not readable yet "
+                f"({self.results_ca.path}): this pod's toolset cannot push scheduled runs; "
+                "recreate the pod once the webhook has its certificates")
         if result.status == "injected":
             size = len(jsonio.dumps(result.patch))
             if size > self.settings.max_patch_bytes:
@@ -221,7 +231,7 @@ class Mutator:
             patch=result.patch,
             profile=result.profile,
             grant=result.grant,
-            warnings=result.warnings,
+            warnings=warnings,
         )
 
     def _too_many_containers(self, pod: dict[str, Any], namespace: str) -> Outcome | None:

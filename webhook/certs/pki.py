@@ -34,6 +34,8 @@ BACKDATE = dt.timedelta(minutes=5)
 # Data keys of the TLS Secret, and the file names of the same PEMs on disk.
 KEY_TLS_CRT, KEY_TLS_KEY, KEY_CA_CRT, KEY_CA_KEY = "tls.crt", "tls.key", "ca.crt", "ca.key"
 KEY_CA_NEXT_KEY = "ca-next.key"
+# The results service's serving pair, issued by the same CA (settings.results_service_name).
+KEY_RESULTS_CRT, KEY_RESULTS_KEY = "results.crt", "results.key"
 
 CA_COMMON_NAME = constants.CA_COMMON_NAME
 

@@ -13,12 +13,17 @@ resourceVersion-conditional update and the webhook needs RBAC on one name only):
   tls.key       its key
   ca.crt        trust bundle: every CA a client should trust right now (signing CA first)
   ca.key        the signing CA's key (the CA certificate is the bundle entry matching it)
-  ca-next.key   only while the CA is rolled: the key of the CA being introduced"""
+  ca-next.key   only while the CA is rolled: the key of the CA being introduced
+  results.crt, results.key
+                with settings.results_service_name: the results service's serving pair, from
+                the same CA (the results Deployment mounts these two and ca.crt, never ca.key;
+                the toolsets trust ca.crt, which the webhook injects)"""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import datetime as dt
 import logging
 import os
@@ -40,6 +45,8 @@ from webhook.certs.pki import (
     KEY_CA_CRT,
     KEY_CA_KEY,
     KEY_CA_NEXT_KEY,
+    KEY_RESULTS_CRT,
+    KEY_RESULTS_KEY,
     KEY_TLS_CRT,
     KEY_TLS_KEY,
     CertificateError,
@@ -59,7 +66,7 @@ from webhook.certs.pki import (
     subject_alt_names,
     utcnow,
 )
-from webhook.certs.tls import private_directory, write_serving_pair
+from webhook.certs.tls import private_directory, write_private_file, write_serving_pair
 from webhook.kube.secrets import WEBHOOK_KINDS, ConflictError, KubernetesStore, SecretStore
 
 log = logging.getLogger(__name__)
@@ -115,6 +122,7 @@ class TLSState:
     serving: KeyPair
     bundle: tuple[x509.Certificate, ...]
     next_ca: KeyPair | None = None
+    results: KeyPair | None = None
 
     @property
     def bundle_pem(self) -> bytes:
@@ -129,6 +137,9 @@ class TLSState:
         }
         if self.next_ca is not None:
             data[KEY_CA_NEXT_KEY] = self.next_ca.key_pem
+        if self.results is not None:
+            data[KEY_RESULTS_CRT] = self.results.cert_pem
+            data[KEY_RESULTS_KEY] = self.results.key_pem
         return {k: base64.b64encode(v).decode() for k, v in data.items()}
 
     @classmethod
@@ -153,7 +164,13 @@ class TLSState:
         if raw.get(KEY_CA_NEXT_KEY):
             next_key = load_private_key(raw[KEY_CA_NEXT_KEY])
             next_ca = _pair_from_bundle(bundle, next_key, KEY_CA_NEXT_KEY)
-        return cls(signer=signer, serving=serving, bundle=bundle, next_ca=next_ca)
+        results = None
+        if raw.get(KEY_RESULTS_CRT) and raw.get(KEY_RESULTS_KEY):
+            pair = KeyPair(load_certificates(raw[KEY_RESULTS_CRT])[0],
+                           load_private_key(raw[KEY_RESULTS_KEY]))
+            results = pair if key_matches(pair.cert, pair.key) else None  # reissued below
+        return cls(signer=signer, serving=serving, bundle=bundle, next_ca=next_ca,
+                   results=results)
 
 
 def _pair_from_bundle(bundle: Sequence[x509.Certificate], key: PrivateKey, what: str) -> KeyPair:
@@ -176,6 +193,7 @@ def plan_rotation(
     force_serving: bool = False,
     force_ca: bool = False,
     next_ca_published: bool = True,
+    results_names: Sequence[str] = (),
 ) -> tuple[TLSState, list[str]]:
     """Decide the next state. Returns (state, reasons); no reasons means nothing to change.
 
@@ -185,14 +203,20 @@ def plan_rotation(
        caBundle carries it (`next_ca_published`), it becomes the signer and a new serving
        certificate is issued; the bundle still holds the old CA for replicas not yet reloaded;
     3. `ca_overlap` after that, the old CA leaves the bundle.
+
+    `results_names`: also keep a serving pair for the results service (same CA, same renewal
+    rules); empty: none.
     """
     now = now or utcnow()
     reasons: list[str] = []
     if state is None or is_expired(state.signer.cert, now):
         signer = generate_ca(validity=policy.ca_validity, now=now)
         serving = generate_serving(signer, names, policy.serving_validity, now)
+        results = (generate_serving(signer, results_names, policy.serving_validity, now)
+                   if results_names else None)
         why = "created CA and serving certificate" if state is None else "CA expired: replaced"
-        return TLSState(signer=signer, serving=serving, bundle=(signer.cert,)), [why]
+        return TLSState(signer=signer, serving=serving, bundle=(signer.cert,),
+                        results=results), [why]
 
     signer, serving, next_ca = state.signer, state.serving, state.next_ca
     bundle = list(state.bundle)
@@ -208,20 +232,23 @@ def plan_rotation(
         signer, next_ca = next_ca, None
         reasons.append("promoted next CA to signer")
 
-    serving_reason = None
-    if force_serving:
-        serving_reason = "forced serving certificate renewal"
-    elif not issued_by(serving.cert, signer.cert):
-        serving_reason = "serving certificate not signed by the signing CA"
-    elif is_expired(serving.cert, now) or needs_renewal(serving.cert, now, policy.renew_fraction):
-        serving_reason = "serving certificate due for renewal"
-    elif _names_of(serving.cert) != set(names):
-        serving_reason = "serving certificate names changed"
-    elif serving.cert.not_valid_after_utc > signer.cert.not_valid_after_utc:
-        serving_reason = "serving certificate outlives its CA"
+    serving_reason = _renewal_reason(serving, signer, names, policy, now, force_serving)
     if serving_reason:
         serving = generate_serving(signer, names, policy.serving_validity, now)
         reasons.append(serving_reason)
+    results = state.results
+    if not results_names:
+        if results is not None:
+            results = None
+            reasons.append("results service certificate no longer wanted")
+    else:
+        results_reason = ("results service certificate missing" if results is None else
+                          _renewal_reason(results, signer, results_names, policy, now,
+                                          force_serving))
+        if results_reason:
+            results = generate_serving(signer, results_names, policy.serving_validity, now)
+            reasons.append(results_reason.replace("serving certificate",
+                                                  "results service certificate"))
 
     # Trust: the signer first (readers that take only one certificate get the right one),
     # the next CA, then retired CAs while a replica may still serve a certificate they signed.
@@ -238,8 +265,25 @@ def plan_rotation(
             deduped.append(cert)
     if deduped != list(state.bundle) and not reasons:
         reasons.append("pruned retired CA from the bundle")
-    new_state = TLSState(signer=signer, serving=serving, bundle=tuple(deduped), next_ca=next_ca)
+    new_state = TLSState(signer=signer, serving=serving, bundle=tuple(deduped), next_ca=next_ca,
+                         results=results)
     return new_state, reasons
+
+
+def _renewal_reason(pair: KeyPair, signer: KeyPair, names: Sequence[str],
+                    policy: RotationPolicy, now: dt.datetime, force: bool) -> str | None:
+    """Why a serving pair must be issued again, or None."""
+    if force:
+        return "forced serving certificate renewal"
+    if not issued_by(pair.cert, signer.cert):
+        return "serving certificate not signed by the signing CA"
+    if is_expired(pair.cert, now) or needs_renewal(pair.cert, now, policy.renew_fraction):
+        return "serving certificate due for renewal"
+    if _names_of(pair.cert) != set(names):
+        return "serving certificate names changed"
+    if pair.cert.not_valid_after_utc > signer.cert.not_valid_after_utc:
+        return "serving certificate outlives its CA"
+    return None
 
 
 def resolve_namespace(settings: Settings) -> str:
@@ -313,6 +357,7 @@ class SelfManager:
         webhook_configuration: str,
         policy: RotationPolicy | None = None,
         clock: Callable[[], dt.datetime] = utcnow,
+        results_names: Sequence[str] = (),
     ) -> None:
         self.store = store
         self.namespace = namespace
@@ -321,6 +366,7 @@ class SelfManager:
         self.webhook_configuration = webhook_configuration
         self.policy = policy or RotationPolicy()
         self.clock = clock
+        self.results_names = list(results_names)
 
     @classmethod
     def from_settings(cls, settings: Settings, store: SecretStore | None = None) -> SelfManager:
@@ -332,6 +378,9 @@ class SelfManager:
             names=serving_names(settings, namespace),
             webhook_configuration=settings.webhook_configuration,
             policy=RotationPolicy.from_environment(),
+            results_names=service_dns_names(settings.results_service_name, namespace,
+                                            settings.cluster_domain)
+            if settings.results_service_name else (),
         )
 
     # -- Secret
@@ -424,6 +473,7 @@ class SelfManager:
             new_state, reasons = plan_rotation(
                 state, self.names, self.policy, self.clock(),
                 force_serving=force_serving, force_ca=force_ca, next_ca_published=published,
+                results_names=self.results_names,
             )  # fmt: skip
             if not reasons:
                 assert state is not None  # noqa: S101 - plan_rotation always acts on None
@@ -485,6 +535,14 @@ class SelfManager:
         state, _ = self.ensure(**force)
         if cert_file and key_file:
             write_serving_pair(cert_file, key_file, state.serving)
+            # The trust bundle beside them: the webhook injects it into toolsets that push to
+            # the results service (webhook.certs.tls.results_ca_file).
+            ca_file = os.path.join(os.path.dirname(cert_file), KEY_CA_CRT)
+            current = b""
+            with contextlib.suppress(OSError):
+                current = Path(ca_file).read_bytes()
+            if current != state.bundle_pem:
+                write_private_file(ca_file, state.bundle_pem, 0o644)
         self.reconcile_ca_bundle(state.bundle_pem)
         return state
 

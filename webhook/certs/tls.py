@@ -16,9 +16,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from webhook.certs.pki import KEY_CA_CRT, KEY_CA_KEY, KEY_TLS_CRT, KEY_TLS_KEY, KeyPair
+from webhook.certs.pki import (
+    KEY_CA_CRT,
+    KEY_CA_KEY,
+    KEY_TLS_CRT,
+    KEY_TLS_KEY,
+    CertificateError,
+    KeyPair,
+    load_certificates,
+)
+
+if TYPE_CHECKING:
+    from webhook.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -220,3 +231,44 @@ def certificate_reloader(cert_file: str, key_file: str) -> CertificateReloader:
 def reloading_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     """A server SSLContext that picks up new certificate files without a restart."""
     return certificate_reloader(cert_file, key_file).ssl_context()
+
+
+class BundleFile:
+    """A PEM CA bundle read from a file, again only when the file changed (size, mtime): the
+    webhook reads the results service's CA for every injection. Empty when unreadable or not
+    PEM certificates (the caller then injects no results wiring and says so)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self._signature: tuple[int, int] | None = None
+        self._text = ""
+        self._lock = threading.Lock()
+
+    def read(self) -> str:
+        if not self.path:
+            return ""
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return ""
+        signature = (info.st_size, info.st_mtime_ns)
+        with self._lock:
+            if signature != self._signature:
+                try:
+                    data = Path(self.path).read_bytes()[: 1 << 20]
+                    text = data.decode("ascii") if load_certificates(data) else ""
+                except (OSError, ValueError, UnicodeDecodeError, CertificateError):
+                    text = ""
+                self._signature, self._text = signature, text
+            return self._text
+
+
+def results_ca_file(settings: Settings) -> str | None:
+    """Where the CA bundle the toolsets trust for the results service is: resultsCaFile, else
+    ca.crt beside the webhook's serving certificate (the mounted Secret in certManager and
+    provided modes; the private directory `self` mode writes)."""
+    if settings.results_ca_file:
+        return settings.results_ca_file
+    if settings.tls_cert_file:
+        return os.path.join(os.path.dirname(settings.tls_cert_file), KEY_CA_CRT)
+    return None

@@ -26,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Find debug sessions (injected sidecars, attached ephemeral toolset "
         "containers) and, for those past the maxSessionDuration of the policy rule covering the "
         "pod, do what the rule's onExpiry says: report (an Event and a metric), evict (the "
-        "Eviction API, PodDisruptionBudgets apply) or stop (end attached toolset containers). "
+        "Eviction API, PodDisruptionBudgets apply) or stop (attached toolset containers end "
+        "themselves at their deadline; one still running is reported). Holds no exec right. "
         "Replicas elect one leader through a coordination.k8s.io Lease; only it acts. "
         "Serves /metrics and /healthz.")
     parser.add_argument("--config", help="the webhook's settings file (profiles, policy path, "
@@ -53,8 +54,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--interval", "--sync-period", dest="interval", type=float,
                         default=30.0, metavar="SECONDS",
                         help="seconds between passes of the leader (default 30)")
-    parser.add_argument("--results-dir", type=Path, metavar="DIR",
-                        help="run the profiling schedules each pass and keep results here")
+    parser.add_argument("--check-schedules", action="store_true",
+                        help="after each expiry pass, report schedules that cannot run (an "
+                        "Event on the namespace or pod, once): the results service runs them")
     parser.add_argument("--metrics-address", default="0.0.0.0",  # noqa: S104
                         help="address of /metrics and /healthz (default 0.0.0.0)")
     parser.add_argument("--metrics-port", type=int, default=9090,
@@ -102,22 +104,17 @@ def run(args: argparse.Namespace) -> int:
     # with one line and exit 2 through webhook.commands.errors.
     settings = load_settings(args.config, overrides={"policy_path": args.policy})
     logs.configure(args.log_level or settings.log_level)
-    if args.results_dir is not None:  # it stores runs: export them as results.export says
-        # (ExportSettingsError: one line, exit 2, before any cluster access)
-        from webhook.controller import metrics
-        from webhook.results import export
-
-        export.install(export.Exporters.from_environ(os.environ, registry=metrics.REGISTRY))
     gate = load_policy_engine(settings, KubernetesClusterAPI(args.kubeconfig, args.context))
     identity = args.identity or (
         f"{os.environ.get('POD_NAME') or socket.gethostname()}_{secrets.token_hex(4)}")
     options = Options(
         identity=identity, lease_namespace=lease_namespace(args), lease_name=args.lease_name,
-        timing=timing, interval=args.interval, results_dir=args.results_dir,
+        timing=timing, interval=args.interval, check_schedules=args.check_schedules,
         metrics_address=args.metrics_address, metrics_port=args.metrics_port,
         sidecar_name=settings.sidecar_name)
     controller = Controller(api_client(args.kubeconfig, args.context),
-                            api_client(args.kubeconfig, args.context), gate, options)
+                            api_client(args.kubeconfig, args.context), gate, options,
+                            settings=settings)
     try:
         return controller.run()
     except StartError as error:

@@ -1,4 +1,5 @@
-"""`sidecar-debug results`: serve the results page, list and prune stored runs."""
+"""`sidecar-debug results`: the results service (the chart's workload), the page over a local
+directory, opening the cluster's page with your own identity, listing and pruning runs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from webhook import constants
 from webhook.policy.model import parse_duration
 
 _DURATION = re.compile(r"^([0-9]+[dhms])+$")
@@ -40,6 +42,62 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve.add_argument("--host", default="0.0.0.0",  # noqa: S104 - a pod's server
                        help="address to listen on (default 0.0.0.0)")
     serve.set_defaults(func=_serve)
+
+    service = commands.add_parser(
+        "service", parents=[common],
+        help="the results service: toolsets pull plans and push runs, readers read (HTTPS)",
+        description="The chart's results workload: answers the toolsets' plan requests "
+        "(computed from the namespace and pod annotations it watches) and stores the runs they "
+        "push with their pod's projected token (TokenReview with --audience); serves the "
+        "results page to readers who send their Kubernetes bearer token, showing the "
+        "namespaces a SubjectAccessReview lets them read. HTTPS on --port; plain HTTP on "
+        "127.0.0.1:--local-port for `kubectl port-forward` (`sidecar-debug results open`).")
+    service.add_argument("--audience", required=True,
+                         help="the audience the toolsets' tokens are bound to")
+    service.add_argument("--config", help="the webhook's settings file (toolset image, "
+                         "profiles, policy path, sidecar name)")
+    service.add_argument("--policy", metavar="PATH", help="policy file or directory (default: "
+                         "the settings' policyPath, else the built-in policy)")
+    service.add_argument("--tls-cert-file", required=True, help="serving certificate (PEM)")
+    service.add_argument("--tls-key-file", required=True, help="its key (PEM)")
+    service.add_argument("--tls-wait", type=float, default=600.0, metavar="SECONDS",
+                         help="wait this long for a usable certificate pair (the webhook "
+                         "issues it in certificates mode self; default 600)")
+    service.add_argument("--host", default="0.0.0.0",  # noqa: S104 - a Service's backend
+                         help="address of the HTTPS listener (default 0.0.0.0)")
+    service.add_argument("--port", type=int, default=8443, help="HTTPS port (default 8443)")
+    service.add_argument("--local-port", type=int, default=8081,
+                         help="plain HTTP port on 127.0.0.1, reachable by port-forward only "
+                         "(default 8081; 0: none)")
+    service.add_argument("--metrics-port", type=int, default=9090,
+                         help="port of /metrics and /healthz (plain HTTP; default 9090)")
+    service.add_argument("--max-concurrent-runs", type=int, default=2, metavar="N",
+                         help="scheduled runs in flight per namespace (default 2)")
+    service.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster)")
+    service.add_argument("--context", help="kubeconfig context")
+    service.add_argument("--log-level", help="DEBUG, INFO (default: the settings'), WARNING")
+    service.set_defaults(func=_service)
+
+    opener = commands.add_parser(
+        "open", help="open the cluster's results page as yourself (port-forward + your token)",
+        description="Port-forward to the results service's pod with your own rights "
+        "(pods/portforward in its namespace) and serve the page on 127.0.0.1, adding your "
+        "kubeconfig's bearer token to each request: you see the namespaces RBAC lets you read "
+        "(get debugresults.sidecar-debug.io). A kubeconfig that authenticates with a client "
+        "certificate has no token to send: pass --token (e.g. a ServiceAccount token), "
+        "see docs/schedules.md.")
+    opener.add_argument("-n", "--namespace", default=constants.PRODUCT,
+                        help=f"the release's namespace (default {constants.PRODUCT})")
+    opener.add_argument("--release", default=constants.PRODUCT,
+                        help=f"the Helm release (default {constants.PRODUCT})")
+    opener.add_argument("--port", type=int, default=8080,
+                        help="local port on 127.0.0.1 (default 8080; 0: any)")
+    opener.add_argument("--remote-port", type=int, default=8081,
+                        help="the service's port-forward port (default 8081)")
+    opener.add_argument("--token", help="bearer token to send instead of the kubeconfig's")
+    opener.add_argument("--kubeconfig", help="kubeconfig file")
+    opener.add_argument("--context", help="kubeconfig context")
+    opener.set_defaults(func=_open)
 
     listing = commands.add_parser("list", parents=[common], help="list stored runs")
     listing.add_argument("-n", "--namespace", help="only this namespace")
@@ -148,3 +206,107 @@ def _prune(args: argparse.Namespace) -> int:
     for run in removed:
         print(f"removed {run.id}")
     return 0
+
+
+def _service(args: argparse.Namespace) -> int:
+    import os
+
+    from webhook import logs
+    from webhook.config import load_settings
+    from webhook.controller import metrics as controller_metrics
+    from webhook.kube.client import api_client
+    from webhook.policy.gate import load_policy_engine
+    from webhook.results import metrics
+    from webhook.results.auth import Authenticator, ReviewAPI
+    from webhook.results.export import Exporters
+    from webhook.results.mirror import cluster_mirrors
+    from webhook.results.planner import Planner
+    from webhook.results.service import Retention, Service, create_service_app
+    from webhook.server.results_server import serve_wsgi
+
+    if _no_directory(args):
+        return 2
+    for name in ("port", "local_port", "metrics_port"):
+        value = getattr(args, name)
+        if not (0 < value < 65536 or (name == "local_port" and value == 0)):
+            print(f"sidecar-debug results service: --{name.replace('_', '-')} {value} is not a "
+                  "TCP port", file=sys.stderr)
+            return 2
+    if args.max_concurrent_runs < 1:
+        print("sidecar-debug results service: --max-concurrent-runs must be 1 or more",
+              file=sys.stderr)
+        return 2
+    settings = load_settings(args.config, overrides={"policy_path": args.policy})
+    logs.configure(args.log_level or settings.log_level)
+    # results.export (ExportSettingsError: one line, exit 2, before any wait or cluster access)
+    exporters = Exporters.from_environ(os.environ, registry=metrics.REGISTRY)
+    problem = _wait_for_pair(args.tls_cert_file, args.tls_key_file, args.tls_wait)
+    if problem:
+        print(f"sidecar-debug results service: no usable serving certificate after "
+              f"{args.tls_wait:g} s: {problem}", file=sys.stderr)
+        return 2
+    reviewer = ReviewAPI(args.kubeconfig, args.context)
+    gate = load_policy_engine(settings, reviewer)
+    pods, namespaces = cluster_mirrors(api_client(args.kubeconfig, args.context))
+    service = Service(args.dir, Authenticator(reviewer, args.audience),
+                      Planner(settings, gate, args.dir, max_concurrent=args.max_concurrent_runs),
+                      pods, namespaces, Retention.from_environment(os.environ),
+                      exporters=exporters)
+    app = create_service_app(service)
+
+    def start(worker: object) -> None:
+        service.start()
+        controller_metrics.serve("0.0.0.0", args.metrics_port,  # noqa: S104 - probes, scrapes
+                                 lambda: pods.ready.is_set() and namespaces.ready.is_set(),
+                                 registry=metrics.REGISTRY)
+
+    # Runs are pushed whole: the webhook's 3 MiB review limit would cut them (the service's
+    # own limit, MAX_PUSH_BYTES, applies).
+    from webhook.results.service import MAX_PUSH_BYTES
+
+    os.environ.setdefault(f"{constants.ENV_PREFIX}MAX_REQUEST_BYTES", str(MAX_PUSH_BYTES))
+    print(f"results service on https://{args.host}:{args.port}/ (runs in {args.dir}"
+          + (f"; port-forward: 127.0.0.1:{args.local_port}" if args.local_port else "") + ")",
+          file=sys.stderr, flush=True)
+    serve_wsgi(app, args.host, args.port, threads=8,
+               tls=(args.tls_cert_file, args.tls_key_file),
+               plain_bind=f"127.0.0.1:{args.local_port}" if args.local_port else None,
+               post_worker_init=start)
+    return 0
+
+
+def _wait_for_pair(cert_file: str, key_file: str, seconds: float) -> str | None:
+    """None once the files load as a certificate and its key; else, after `seconds`, why not.
+    The mounted Secret is empty until the webhook has issued the pair (kubelet then updates
+    the mount within a minute or so): waiting beats a crash loop's growing back-off."""
+    import ssl
+    import time
+
+    from webhook.certs.tls import server_context
+
+    deadline = time.monotonic() + seconds
+    said = 0.0
+    while True:
+        try:
+            server_context(cert_file, key_file)
+            return None
+        except (OSError, ssl.SSLError, ValueError) as error:
+            problem = f"{cert_file}, {key_file}: {getattr(error, 'strerror', None) or error}"
+        now = time.monotonic()
+        if now >= deadline:
+            return problem
+        if now - said >= 30:
+            print(f"waiting for the serving certificate ({problem})", file=sys.stderr,
+                  flush=True)
+            said = now
+        time.sleep(min(2.0, max(0.0, deadline - now)))
+
+
+def _open(args: argparse.Namespace) -> int:
+    from webhook.results.opener import OpenError, open_page
+
+    try:
+        return open_page(args)
+    except OpenError as error:
+        print(f"sidecar-debug results open: {error}", file=sys.stderr)
+        return error.code

@@ -67,12 +67,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     flame = subparsers.add_parser(
         "flamegraph", parents=[common, target, output],
-        help="profile a pod's app with perf and bring back an interactive flame graph",
-        description="Record the app with perf from the pod's toolset container, render the "
-        "flame graph there, and copy flamegraph.html (and the folded stacks) back.")
+        help="profile a pod's app and render its flame graph here",
+        description="Record the app from the pod's toolset container (perf, or py-spy for "
+        "Python < 3.12), bring its folded stacks and metadata back, and render the flame graph "
+        "here.")
     flame.add_argument("--seconds", type=float, default=10.0, help="recording time (default 10)")
     flame.add_argument("--frequency", type=int, default=99, metavar="HZ",
                        help="samples per second (default 99)")
+    flame.add_argument("--type", choices=("cpu", "offcpu", "wall"), default="cpu",
+                       dest="profile_type",
+                       help="cpu (default: where it burns CPU), offcpu (where it waits) or "
+                       "wall (both, in time)")
     flame.add_argument("-o", "--output", type=Path,
                        help="HTML file to write (default flamegraph-POD.html; the folded stacks "
                        "go next to it as .folded)")
@@ -179,7 +184,8 @@ def _run(args: argparse.Namespace, body: Any) -> int:
 def _flamegraph(args: argparse.Namespace) -> int:
     return _run(args, lambda session: sessions.flamegraph(
         session, seconds=args.seconds, frequency=args.frequency, pid=args.pid, name=args.name,
-        output=args.output, keep_remote=args.keep_remote, force=args.force))
+        output=args.output, keep_remote=args.keep_remote, force=args.force,
+        profile_type=args.profile_type))
 
 
 def _trace(args: argparse.Namespace) -> int:

@@ -8,13 +8,15 @@
   `blocked`, reported once with a `DebugSessionEvictionBlocked` Event, and tried again next pass.
   A pod with an owner (ReplicaSet, StatefulSet, Job) comes back from its template; once the
   namespace or pod no longer opts in, without the sidecar. A bare pod is gone for good.
-- `stop`: the processes of each overdue attached (ephemeral) toolset container are stopped
-  over exec (TERM, then KILL after 5 s), which ends that container and leaves the pod and its
-  app alone. An injected sidecar cannot be stopped that way (the kubelet restarts it): the
-  session is reported instead, saying to use `evict`.
+- `stop`: an attached (ephemeral) toolset ends itself at its deadline, which the webhook wrote
+  into its env (SIDECAR_DEBUG_SESSION_DEADLINE; toolset/bin/toolset-entrypoint): the controller
+  holds no `pods/exec` and does nothing to it. One still running STOP_GRACE after its expiry
+  (written before the deadline existed, or the policy was tightened since) is reported once,
+  saying how to end it. An injected sidecar cannot end itself (the kubelet restarts it): the
+  session is reported, saying to use `evict`.
 
-Calls: list pods (all namespaces), create pods/eviction, create events, exec (stop only); the
-policy gate reads a namespace's labels for rules with a namespaceSelector.
+Calls: list pods (all namespaces), create pods/eviction, create events; the policy gate reads a
+namespace's labels for rules with a namespaceSelector.
 """
 
 from __future__ import annotations
@@ -43,27 +45,10 @@ log = logging.getLogger(__name__)
 
 COMPONENT = "sidecar-debug-controller"
 EVICTION_V1_MINOR = 22  # policy/v1 Eviction from Kubernetes 1.22
-STOP_GRACE_SECONDS = 5
-EXEC_TIMEOUT_SECONDS = 30.0
 
-# Run in the attached container (`sh` of the toolset image): every process in this container's
-# cgroup but the shell itself is listed; a background child then sends them TERM, and KILL to
-# what is left after the grace, so that the exec answers before its container ends. The app's
-# processes, visible through the shared PID namespace, are in other cgroups and never touched.
-STOP_SCRIPT = f"""\
-me=$(cat /proc/$$/cgroup)
-pids=""
-for d in /proc/[0-9]*; do
-  p=${{d#/proc/}}
-  [ "$p" = "$$" ] && continue
-  c=$(cat "$d/cgroup" 2>/dev/null) || continue
-  [ "$c" = "$me" ] && pids="$pids $p"
-done
-if [ -z "$pids" ]; then echo "no toolset process"; exit 0; fi
-echo "stopping$pids"
-(sleep 1; kill -TERM $pids; sleep {STOP_GRACE_SECONDS}; kill -KILL $pids) >/dev/null 2>&1 &
-exit 0
-"""
+# An attached toolset stops at its deadline and its status says so within seconds; only one
+# still running this long after its expiry is reported.
+STOP_GRACE = dt.timedelta(seconds=60)
 
 
 class RuleSource(Protocol):
@@ -86,6 +71,7 @@ class PassResult:
     verdicts: list[Verdict] = field(default_factory=list)
     actions: list[tuple[str, str, str]] = field(default_factory=list)  # (pod, action, result)
     skipped: list[str] = field(default_factory=list)  # pods whose rule could not be decided
+    pods: list[dict[str, Any]] = field(default_factory=list)  # what the pass listed
 
 
 def judge(sessions: Iterable[Session], rules: RuleSource, now: dt.datetime,
@@ -121,6 +107,36 @@ def event_name(pod: str, uid: str, reason: str, detail: str = "") -> str:
     return f"{pod[:200]}.{digest}"
 
 
+def post_event(api: KubeApi, involved: dict[str, str], reason: str, message: str, *,
+               warning: bool, detail: str, identity: str, now: dt.datetime) -> str:
+    """Create an Event on `involved` (a Pod or a Namespace): "created", "exists" (its
+    deterministic name was taken: reported before, by this replica or an earlier leader) or
+    "failed" (logged; tried again next pass)."""
+    stamp = format_time(now)
+    namespace = involved.get("namespace") or involved["name"]  # a Namespace's own Events
+    body = {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": event_name(involved["name"], involved.get("uid", ""), reason,
+                                        detail),
+                     "namespace": namespace},
+        "involvedObject": involved,
+        "reason": reason, "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT, "reportingInstance": identity,
+    }
+    try:
+        api.call("POST", f"/api/v1/namespaces/{namespace}/events", body)
+    except ApiError as error:
+        if error.status == 409:
+            return "exists"
+        log.warning("event %s on %s %s/%s: %s", reason, involved.get("kind"), namespace,
+                    involved["name"], error)
+        return "failed"
+    return "created"
+
+
 class ExpiryPass:
     """One pass over the cluster's pods. `may_act()` is asked before every write: a replica
     that lost the Lease mid-pass stops there."""
@@ -149,7 +165,8 @@ class ExpiryPass:
         now = self._now()
         result = PassResult()
         sessions: list[Session] = []
-        for pod in self.list_pods():
+        result.pods = self.list_pods()
+        for pod in result.pods:
             if is_active_pod(pod):
                 sessions += [s for s in sessions_of(pod)
                              if s.uid not in self._evicted]
@@ -201,28 +218,10 @@ class ExpiryPass:
     def _event(self, session: Session, reason: str, message: str, *, warning: bool,
                detail: str = "") -> str:
         """Create the Event: "created", "exists" (reported before) or "failed" (logged)."""
-        now = format_time(self._now())
-        body = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": event_name(session.pod, session.uid, reason, detail),
-                         "namespace": session.namespace},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": session.pod,
-                               "namespace": session.namespace, "uid": session.uid},
-            "reason": reason, "message": message[:1024],
-            "type": "Warning" if warning else "Normal",
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT, "reportingInstance": self.identity,
-        }
-        try:
-            self.api.call("POST", f"/api/v1/namespaces/{session.namespace}/events", body)
-        except ApiError as error:
-            if error.status == 409:
-                return "exists"
-            log.warning("event %s on pod %s/%s: %s", reason, session.namespace, session.pod,
-                        error)
-            return "failed"
-        return "created"
+        involved = {"apiVersion": "v1", "kind": "Pod", "name": session.pod,
+                    "namespace": session.namespace, "uid": session.uid}
+        return post_event(self.api, involved, reason, message, warning=warning, detail=detail,
+                          identity=self.identity, now=self._now())
 
     def _report(self, verdict: Verdict, *, action: str = constants.ON_EXPIRY_REPORT,
                 result: str = "reported", extra: str = "") -> str:
@@ -279,22 +278,12 @@ class ExpiryPass:
                 extra="; onExpiry stop ends attached (ephemeral) toolset containers only: the "
                 "kubelet restarts an injected sidecar, which goes only when the pod is "
                 "recreated (use onExpiry evict for injected pods)")
-        where = f"{session.namespace}/{session.pod}/{session.container}"
-        try:
-            answer = self.api.exec(session.namespace, session.pod, session.container,
-                                   ["sh", "-c", STOP_SCRIPT], EXEC_TIMEOUT_SECONDS)
-        except ApiError as error:
-            metrics.ACTIONS.labels(action="stop", result="failed").inc()
-            log.error("%s: stopping the toolset failed: %s", where, error)
-            return "failed"
-        if answer.returncode != 0 or not answer.stdout.startswith(("stopping", "no toolset")):
-            metrics.ACTIONS.labels(action="stop", result="failed").inc()
-            log.error("%s: stopping the toolset failed (exit %d): %s", where, answer.returncode,
-                      (answer.stderr or answer.stdout).strip()[:300])
-            return "failed"
-        metrics.ACTIONS.labels(action="stop", result="stopped").inc()
-        message = f"{self._why(verdict)}; its processes were stopped"
-        log.warning("%s: %s", where, message)
-        self._event(session, "DebugSessionStopped", message, warning=False,
-                    detail=session.container)
-        return "stopped"
+        if verdict.expires is not None and self._now() < verdict.expires + STOP_GRACE:
+            return "waiting"  # it ends itself at its deadline; its status follows
+        return self._report(
+            verdict, action="stop", result="still-running",
+            extra=f"; the attached toolset {session.container} should have ended itself at its "
+            f"deadline ({constants.ENV_SESSION_DEADLINE} in its env) and still runs (attached "
+            "before the deadline was written, or the policy changed since). The controller "
+            "holds no exec right to stop it: evict the pod (its owner recreates it without "
+            "the ephemeral container), or use onExpiry evict")

@@ -1,4 +1,5 @@
-"""The controller's way to the Kubernetes API: raw JSON calls with a timeout, and exec.
+"""The controller's way to the Kubernetes API: raw JSON calls with a timeout (no exec: the
+controller holds no pods/exec right).
 
 `KubeApi` is what the controller's logic needs; `ClientApi` implements it over one
 kubernetes.client.ApiClient (webhook.kube.client, the one constructor), and the unit tests pass
@@ -8,9 +9,7 @@ there to check the controller's RBAC).
 
 from __future__ import annotations
 
-import io
 import json
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from webhook.kube import client as kube
@@ -25,22 +24,10 @@ class ApiError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True)
-class ExecResult:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
 class KubeApi(Protocol):
     def call(self, method: str, path: str, body: Any = None, *,
              timeout: float | None = None) -> dict[str, Any]:
         """The JSON answer; raises ApiError."""
-        ...
-
-    def exec(self, namespace: str, pod: str, container: str, command: list[str],
-             timeout: float) -> ExecResult:
-        """Run `command` in a container of a pod; raises ApiError when it cannot start."""
         ...
 
     def server_minor(self) -> int:
@@ -82,20 +69,6 @@ class ClientApi:
         except Exception as error:  # connection refused, timeouts, TLS: no answer
             raise ApiError(0, f"{method} {path.split('?')[0]}: {error}") from error
         return answer if isinstance(answer, dict) else {}
-
-    def exec(self, namespace: str, pod: str, container: str, command: list[str],
-             timeout: float) -> ExecResult:
-        from webhook.sessions.session import Session, SessionError
-
-        session = Session(api_client=self.api_client, pod=pod, namespace=namespace,
-                          err=io.StringIO())
-        try:
-            result = session.exec(command, container=container, timeout=timeout)
-        except SessionError as error:
-            raise ApiError(0, str(error)) from error
-        except Exception as error:  # the websocket broke (the container ended under it, ...)
-            raise ApiError(0, f"exec in {namespace}/{pod}/{container}: {error}") from error
-        return ExecResult(result.returncode, result.stdout, result.stderr)
 
     def server_minor(self) -> int:
         if self._minor is None:

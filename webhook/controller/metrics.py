@@ -39,6 +39,14 @@ ACTIONS = Counter(
     ["action", "result"],
     registry=REGISTRY,
 )
+SCHEDULE_PROBLEMS = Counter(
+    "sidecar_debug_controller_schedule_problems",
+    "Schedule problems the leader reported with an Event (once per object, reason and "
+    "detail), by reason (ScheduleInvalid, ScheduleTechniqueUnavailable, ScheduleRefusedByPolicy, "
+    "ScheduleNoResultsAgent).",
+    ["reason"],
+    registry=REGISTRY,
+)
 PASSES = Counter(
     "sidecar_debug_controller_passes",
     "Expiry passes the leader ran, by result (ok, failed).",
@@ -47,14 +55,16 @@ PASSES = Counter(
 )
 
 
-def serve(address: str, port: int, healthy: Callable[[], bool]) -> http.server.HTTPServer:
-    """Serve /metrics and /healthz (200 while `healthy()`, else 503) in a daemon thread."""
+def serve(address: str, port: int, healthy: Callable[[], bool],
+          registry: CollectorRegistry = REGISTRY) -> http.server.HTTPServer:
+    """Serve /metrics and /healthz (200 while `healthy()`, else 503) in a daemon thread (the
+    results service serves its own registry the same way)."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - the http.server API
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
-                status, body, kind = 200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+                status, body, kind = 200, generate_latest(registry), CONTENT_TYPE_LATEST
             elif path in ("/healthz", "/readyz"):
                 ok = healthy()
                 status, body, kind = (200 if ok else 503), (b"ok\n" if ok else b"stalled\n"), \

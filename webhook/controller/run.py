@@ -1,33 +1,29 @@
 """`sidecar-debug controller`: leader election in one thread, the work in another.
 
 While this replica is the leader, every `interval` seconds it runs (1) the expiry pass
-(webhook.controller.expiry) and (2), when a results directory is given, the schedules:
-`webhook.schedules.runner.tick(api, now, results_dir)`, imported when first needed, where `api`
-is the kubernetes.client.ApiClient that webhook.kube.client.api_client() returned for this
-process (the controller's ServiceAccount in the chart, the kubeconfig on a workstation), `now`
-an aware UTC datetime.datetime and `results_dir` a pathlib.Path. An exception from either step
-is logged on one line and the next interval runs as usual.
+(webhook.controller.expiry) and (2), with `check_schedules`, the schedule checks over the pods
+that pass listed (webhook.controller.schedules: Events for schedules that cannot run; the
+results service runs them, the controller holds no exec right). An exception from either step
+is logged on one line and the next interval runs as usual; expiry never waits for schedules.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import importlib
 import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from webhook import constants
+from webhook.config import Settings
 from webhook.controller import metrics
 from webhook.controller.expiry import ExpiryPass, RuleSource
 from webhook.controller.kubeapi import ApiError, ClientApi, KubeApi
 from webhook.controller.lease import LeaderElector, Timing
+from webhook.controller.schedules import ScheduleChecks
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +35,7 @@ class Options:
     lease_name: str
     timing: Timing
     interval: float = 30.0
-    results_dir: Path | None = None
+    check_schedules: bool = False
     metrics_address: str = "0.0.0.0"  # noqa: S104 - probes and scrapes come from the node
     metrics_port: int = 9090
     sidecar_name: str = constants.DEFAULT_SIDECAR_NAME
@@ -56,10 +52,10 @@ def _one_line(error: BaseException) -> str:
 class Controller:
     def __init__(self, api_client: Any, elector_client: Any, rules: RuleSource,
                  options: Options, *, api: KubeApi | None = None,
-                 elector_api: KubeApi | None = None) -> None:
-        """`api_client` does the work (and is what the schedules get), `elector_client` only
-        the Lease (its calls never queue behind a long pass); `api`/`elector_api` replace
-        them in tests."""
+                 elector_api: KubeApi | None = None, settings: Settings | None = None) -> None:
+        """`api_client` does the work, `elector_client` only the Lease (its calls never queue
+        behind a long pass); `api`/`elector_api` replace them in tests. `settings` (the toolset
+        image and profiles) are what the schedule checks verify pods against."""
         self.api_client = api_client
         self.options = options
         self.stop = threading.Event()
@@ -68,10 +64,13 @@ class Controller:
                                      options.lease_namespace, options.lease_name,
                                      options.identity, options.timing,
                                      on_change=self._leadership_changed)
-        self.expiry = ExpiryPass(api or ClientApi(api_client), rules, identity=options.identity,
+        work_api = api or ClientApi(api_client)
+        self.expiry = ExpiryPass(work_api, rules, identity=options.identity,
                                  sidecar_name=options.sidecar_name,
                                  may_act=lambda: self.elector.is_leader)
-        self._tick: Callable[..., Any] | None = None
+        self.schedules = (ScheduleChecks(work_api, settings or Settings(), rules,
+                                         identity=options.identity)
+                          if options.check_schedules else None)
 
     def _leadership_changed(self, leader: bool) -> None:
         self.wake.set()
@@ -84,8 +83,10 @@ class Controller:
 
     def work_once(self) -> None:
         """One interval's work (the leader only)."""
+        pods: list[dict[str, Any]] = []
         try:
             result = self.expiry.run()
+            pods = result.pods
             metrics.PASSES.labels(result="ok").inc()
             overdue = sum(1 for v in result.verdicts if v.overdue)
             done = [a for a in result.actions if a[2] != "already-reported"]
@@ -98,13 +99,15 @@ class Controller:
         except Exception as error:  # a bug: say where, keep the controller running
             metrics.PASSES.labels(result="failed").inc()
             log.exception("expiry pass failed: %s", _one_line(error))
-        if self.options.results_dir is not None and self.elector.is_leader:
+        if self.schedules is not None and pods and self.elector.is_leader:
             try:
-                if self._tick is None:
-                    self._tick = importlib.import_module("webhook.schedules.runner").tick
-                self._tick(self.api_client, dt.datetime.now(dt.UTC), self.options.results_dir)
+                problems = self.schedules.run(pods)
+                if problems:
+                    log.info("schedule checks: %d problems (each reported once)", len(problems))
+            except ApiError as error:
+                log.error("schedule checks failed: %s", error)
             except Exception as error:  # noqa: BLE001 - the contract: one line, no crash
-                log.error("schedules tick failed: %s", _one_line(error))
+                log.error("schedule checks failed: %s", _one_line(error))
 
     def run(self) -> int:
         def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -19,6 +19,10 @@ only what the apiserver or the webhook adds on purpose:
   of the profile's hostPaths, whose volumes must be exactly the profile's hostPath (path, type);
 - the service account token mount the apiserver adds to every container (read-only, at
   /var/run/secrets/kubernetes.io/serviceaccount, of a projected or secret volume);
+- the results wiring the webhook adds to an injected toolset when the results service is
+  configured: the results token mount (a projected serviceAccountToken volume with exactly the
+  settings' audience and lifetime) and the results env (the settings' URL, a PEM CA bundle,
+  the pod's name from the downward API);
 - the apiserver's defaults: terminationMessagePath, a probe's timeoutSeconds/successThreshold,
   securityContext.procMount Default; resources (requests and limits only: LimitRanges set
   them, and they grant nothing);
@@ -43,7 +47,7 @@ from webhook.config import Settings
 from webhook.guard.pss import ContainerRef, Violation, quote, shown
 from webhook.inject.attach import build_attach_container, env_value, is_attached
 from webhook.inject.shape import type_name_with_article
-from webhook.inject.sidecar import InjectionPlan, app_containers, build_sidecar
+from webhook.inject.sidecar import InjectionPlan, app_containers, build_sidecar, results_env
 from webhook.profiles import Profile
 
 SERVICE_ACCOUNT_MOUNT: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -193,8 +197,29 @@ def _security_problem(actual: Any, expected: Any) -> str | None:
     return f"its securityContext differs from the profile's ({', '.join(differing[:4])})"
 
 
+def _results_token_problem(mount: Mapping[str, Any], volume: Mapping[str, Any],
+                           settings: Settings) -> str | None:
+    """Why a mount at the results token directory is not the one the webhook adds."""
+    wanted = [{"serviceAccountToken": {"audience": settings.results_audience,
+                                       "expirationSeconds": settings.results_token_seconds,
+                                       "path": constants.RESULTS_TOKEN_FILE}}]
+    projected = _mapping(volume.get("projected"))
+    if not settings.results_url or mount.get("readOnly") is not True or \
+            set(volume) - {"name", "projected"} or \
+            set(projected) - {"sources", "defaultMode"} or projected.get("sources") != wanted:
+        return f"its mount at {constants.RESULTS_TOKEN_DIR} is not the results token"
+    return None
+
+
+def _results_ca_problem(value: Any) -> str | None:
+    if not isinstance(value, str) or len(value) > 65536 or \
+            "-----BEGIN CERTIFICATE-----" not in value or not value.isascii():
+        return f"its {constants.ENV_RESULTS_CA} is not a PEM certificate bundle"
+    return None
+
+
 def _mounts(
-    container: Mapping[str, Any], pod: Any, profile: Profile
+    container: Mapping[str, Any], pod: Any, profile: Profile, settings: Settings
 ) -> tuple[list[dict[str, Any]], tuple[str, ...], str | None]:
     """The mounts the injector would have built (with the names found), the hostPath volumes
     among them, or why the container's mounts are not those."""
@@ -229,6 +254,14 @@ def _mounts(
             return [], (), f"its mount at {host.path} is not the profile's hostPath ({wanted})"
         expected.append({"name": name, "mountPath": host.path, "readOnly": True})
         host_volumes.append(str(name))
+    token = by_path.pop(constants.RESULTS_TOKEN_DIR, None)
+    if token is not None:
+        name = token.get("name")
+        problem = _results_token_problem(token, _mapping(volumes.get(str(name))), settings)
+        if problem:
+            return [], (), problem
+        expected.append({"name": name, "mountPath": constants.RESULTS_TOKEN_DIR,
+                         "readOnly": True})
     by_path.pop(SERVICE_ACCOUNT_MOUNT, None)  # checked by _compare
     if by_path:
         return [], (), f"it mounts {', '.join(sorted(by_path)[:3])}, which the profile does not"
@@ -350,7 +383,7 @@ def _verify(
             str(m["name"]) for m in mounts if _mapping(volumes.get(m["name"])).get("hostPath")
         )
     else:
-        mounts, host_volumes, problem = _mounts(container, pod, profile)
+        mounts, host_volumes, problem = _mounts(container, pod, profile, settings)
         if problem:
             return None, problem
         if not _sidecar_name(ref.name, settings):
@@ -372,6 +405,12 @@ def _verify(
             mounts,
             exit_with,
         )
+        if any(m["mountPath"] == constants.RESULTS_TOKEN_DIR for m in mounts):
+            ca = env_value(container, constants.ENV_RESULTS_CA)
+            problem = _results_ca_problem(ca)
+            if problem:
+                return None, problem
+            expected["env"] = [*expected["env"], *results_env(settings, str(ca))]
     problem = _compare(container, expected, mounts, volumes)
     if problem:
         return None, problem

@@ -120,6 +120,7 @@ def run(
     user: UserInfo | None = None,
     dry_run: bool = False,
     completes: bool | None = None,
+    results_ca: str = "",
 ) -> PipelineResult:
     """Inject `pod` (never modified) as the webhook would; the patch turns `pod` into `.pod`.
     `completes`: the pod runs to completion (a Job's template); None = by its restartPolicy."""
@@ -210,6 +211,7 @@ def run(
         extra_annotations=dict(result.annotations),
         completes=completes,
         mode=decision.mode,
+        results_ca=results_ca,
         started=result.started,
         deadline=result.deadline,
     )

@@ -37,6 +37,10 @@ class InjectionPlan:
     # standby: only the inert parts (shared volumes in the app containers, shared PID namespace,
     # runtime hints), no container; `attach` adds the toolset as an ephemeral container.
     mode: str = constants.MODE_INJECTED
+    # The CA bundle of the results service (PEM), read by the webhook where it serves from:
+    # with settings.results_url, the injected toolset gets the results token, URL and CA.
+    # Empty (offline `inject`, or no CA readable yet): no results wiring.
+    results_ca: str = ""
     # The session's facts (session_env): set by the webhook's admission, None offline.
     started: dt.datetime | None = None
     deadline: dt.datetime | None = None
@@ -81,8 +85,9 @@ def writable_copy(pod: dict[str, Any]) -> dict[str, Any]:
     metadata = mutated.get("metadata")
     if isinstance(metadata, dict):
         metadata = mutated["metadata"] = dict(metadata)
-        if isinstance(metadata.get("annotations"), dict):
-            metadata["annotations"] = dict(metadata["annotations"])
+        for key in ("annotations", "labels"):
+            if isinstance(metadata.get(key), dict):
+                metadata[key] = dict(metadata[key])
     spec = mutated.get("spec")
     if isinstance(spec, dict):
         spec = mutated["spec"] = dict(spec)
@@ -170,6 +175,15 @@ def toolset_env(profile: Profile) -> list[dict[str, Any]]:
     return env
 
 
+def results_env(settings: Settings, ca_pem: str) -> list[dict[str, Any]]:
+    """Where the toolset's results agent pulls plans and pushes runs, and the CA it trusts;
+    the pod's name (downward API) for apiservers that do not bind tokens to pods."""
+    return [
+        {"name": constants.ENV_RESULTS_URL, "value": settings.results_url},
+        {"name": constants.ENV_RESULTS_CA, "value": ca_pem},
+        {"name": constants.ENV_POD_NAME,
+         "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+    ]
 SESSION_FACTS = (constants.ENV_GRANT, constants.ENV_SESSION_STARTED, constants.ENV_SESSION_DEADLINE)
 
 
@@ -312,6 +326,23 @@ def inject_pod(
         volumes.append({"name": volume_name, "hostPath": {"path": host.path, "type": host.type}})
         sidecar_mounts.append({"name": volume_name, "mountPath": host.path, "readOnly": True})
 
+    results = not standby and bool(plan.results_ca and settings.results_url)
+    if results:
+        # The toolset's identity towards the results service: a projected token bound to this
+        # pod and to the service's audience (useless against the apiserver), renewed by the
+        # kubelet, mounted in the toolset only. The label lets the service's NetworkPolicy
+        # admit the pod (it opens the network path; the token decides).
+        token_volume = _unique_name(constants.RESULTS_TOKEN_VOLUME, volume_names)
+        volume_names.add(token_volume)
+        volumes.append({"name": token_volume, "projected": {"sources": [{
+            "serviceAccountToken": {"audience": settings.results_audience,
+                                    "expirationSeconds": settings.results_token_seconds,
+                                    "path": constants.RESULTS_TOKEN_FILE}}]}})
+        sidecar_mounts.append({"name": token_volume, "mountPath": constants.RESULTS_TOKEN_DIR,
+                               "readOnly": True})
+        _slot(metadata, "labels", dict)[constants.LABEL_RESULTS_AGENT] = \
+            constants.LABEL_RESULTS_AGENT_VALUE
+
     if not volumes:
         del spec["volumes"]
 
@@ -369,6 +400,8 @@ def inject_pod(
                 "keeps running after the app ends until the sidecar is stopped"
             )
     sidecar = build_sidecar(plan, settings, name, sidecar_mounts, exit_with)
+    if results:
+        sidecar["env"] += results_env(settings, plan.results_ca)
     annotations: dict[str, str] = _slot(metadata, "annotations", dict)
     if settings.native_sidecar:
         _slot(spec, "initContainers", list).insert(0, sidecar)

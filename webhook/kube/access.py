@@ -22,7 +22,9 @@ class ClusterAPIError(RuntimeError):
 
 @dataclass(frozen=True)
 class AccessCheck:
-    """One SubjectAccessReview: may `user` (with `groups`) `use` debugprofiles/`resource_name`?"""
+    """One SubjectAccessReview: may `user` (with `groups`) `use` debugprofiles/`resource_name`?
+    (Or another verb and resource of our API group: the results service asks `get
+    debugresults` in a namespace, with no resource name.)"""
 
     user: str
     groups: tuple[str, ...]
@@ -30,18 +32,22 @@ class AccessCheck:
     resource_name: str
     extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
     uid: str = ""
+    verb: str = constants.RBAC_VERB
+    resource: str = constants.RBAC_RESOURCE
 
     def body(self) -> dict[str, Any]:
+        attributes = {
+            "namespace": self.namespace,
+            "verb": self.verb,
+            "group": constants.RBAC_GROUP,
+            "resource": self.resource,
+        }
+        if self.resource_name:
+            attributes["name"] = self.resource_name
         spec: dict[str, Any] = {
             "user": self.user,
             "groups": list(self.groups),
-            "resourceAttributes": {
-                "namespace": self.namespace,
-                "verb": constants.RBAC_VERB,
-                "group": constants.RBAC_GROUP,
-                "resource": constants.RBAC_RESOURCE,
-                "name": self.resource_name,
-            },
+            "resourceAttributes": attributes,
         }
         if self.extra:
             spec["extra"] = {key: list(values) for key, values in self.extra}

@@ -21,11 +21,13 @@ import yaml
 
 from webhook.errors import SettingsError
 from webhook.policy.model import (
+    MAX_SCHEDULE_SECONDS,
     Identities,
     LabelSelector,
     Policy,
     Rule,
     RuleSettings,
+    duration_seconds,
     parse_duration,
 )
 from webhook.profiles import Profile
@@ -204,7 +206,8 @@ def _schema_problems(document: _Document) -> list[Problem]:
                     f"{_suggest(error.instance, map(str, choices))}",
                 )
             )
-        elif error.validator == "pattern" and path and path[-1] == "maxSessionDuration":
+        elif error.validator == "pattern" and path and path[-1] in (
+                "maxSessionDuration", "maxScheduleDuration"):
             problems.append(
                 document.problem(
                     path, f"{error.instance!r} is not a duration like 8h, 90m, 1h30m or 2d"
@@ -223,6 +226,8 @@ _SETTINGS_KEYS = (
     "allowedImages",
     "maxSessionDuration",
     "onExpiry",
+    "maxScheduleDuration",
+    "maxScheduleFrequency",
     "grantSubject",
     "nonGrantingIdentities",
     "guardLevel",
@@ -254,6 +259,10 @@ def _overlay(base: RuleSettings, raw: Mapping[str, Any]) -> RuleSettings:
         if "maxSessionDuration" in raw
         else base.max_session,
         on_expiry=raw.get("onExpiry", base.on_expiry),
+        max_schedule_seconds=duration_seconds(raw["maxScheduleDuration"])
+        if "maxScheduleDuration" in raw
+        else base.max_schedule_seconds,
+        max_schedule_frequency=raw.get("maxScheduleFrequency", base.max_schedule_frequency),
         grant_subject=raw.get("grantSubject", base.grant_subject),
         non_granting=_identities(base.non_granting, raw.get("nonGrantingIdentities")),
         guard_level=raw.get("guardLevel", base.guard_level),
@@ -279,6 +288,10 @@ def _check_settings(
             )
     if "maxSessionDuration" in raw and effective.max_session == dt.timedelta(0):
         problems.append(document.problem((*path, "maxSessionDuration"), "must be longer than 0s"))
+    if "maxScheduleDuration" in raw and not (
+            1 <= effective.max_schedule_seconds <= MAX_SCHEDULE_SECONDS):
+        problems.append(document.problem((*path, "maxScheduleDuration"),
+                                         f"must be 1s..{MAX_SCHEDULE_SECONDS // 3600}h"))
     default = effective.default_profile
     if default is not None:
         where: PathKey = (*path, "defaultProfile") if "defaultProfile" in raw else path

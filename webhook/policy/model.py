@@ -16,6 +16,10 @@ _DURATION = re.compile(r"([0-9]+)([dhms])")
 
 
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+# Schedules: a rule that says nothing allows recordings of up to 10 minutes at up to 1000 Hz.
+DEFAULT_MAX_SCHEDULE_SECONDS: Final = 600
+DEFAULT_MAX_SCHEDULE_FREQUENCY: Final = 1000
+MAX_SCHEDULE_SECONDS: Final = 3600
 
 # Who must hold the RBAC grant for a profile that needs one (setting grantSubject):
 # either: the pod's service account or the requesting user (today's default, the
@@ -65,9 +69,15 @@ BUILTIN_NON_GRANTING: Final = Identities(
 )
 
 
+def duration_seconds(text: str) -> int:
+    """'8h', '90m', '1h30m', '2d' -> seconds, as an int (never overflows: compare it with a
+    limit before making a timedelta of it)."""
+    return sum(int(n) * _UNIT_SECONDS[u] for n, u in _DURATION.findall(text))
+
+
 def parse_duration(text: str) -> dt.timedelta:
     """'8h', '90m', '1h30m', '2d' -> timedelta (the schema has already checked the shape)."""
-    return dt.timedelta(seconds=sum(int(n) * _UNIT_SECONDS[u] for n, u in _DURATION.findall(text)))
+    return dt.timedelta(seconds=duration_seconds(text))
 
 
 def format_duration(delta: dt.timedelta) -> str:
@@ -121,6 +131,10 @@ class RuleSettings:
     max_session: dt.timedelta | None = None
     # What `sidecar-debug controller` does with a session past max_session (report, evict, stop).
     on_expiry: str = constants.ON_EXPIRY_REPORT
+    # What a sidecar-debug.io/schedule annotation may ask for (the results service refuses the
+    # rest, the controller reports it): the longest recording and the highest sampling rate.
+    max_schedule_seconds: int = DEFAULT_MAX_SCHEDULE_SECONDS
+    max_schedule_frequency: int = DEFAULT_MAX_SCHEDULE_FREQUENCY
     # Who must hold the grant for a profile that needs one, and who never grants.
     grant_subject: GrantSubject = DEFAULT_GRANT_SUBJECT
     non_granting: Identities = BUILTIN_NON_GRANTING

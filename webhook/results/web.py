@@ -6,19 +6,26 @@ Read-only over the store (the chart mounts the volume read-only into this contai
 graph pages come from the one renderer (webhook.render), as the CLI's do: self-contained (no
 library, no CDN), the profile embedded as JSON and drawn with textContent, the script and style
 allowed by their hashes in the Content-Security-Policy. The list of runs runs no script at all.
+
+`access` (the results service's webhook.results.auth.Authenticator) makes every page need the
+reader's Kubernetes bearer token and shows only the namespaces a SubjectAccessReview lets them
+read (403 for a page of another namespace, before looking for the run, so the answer says
+nothing about what is stored there). Without it (`sidecar-debug results serve` over a local
+directory) every run is shown.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from flask import Flask, Response, abort, render_template_string, request
+from flask import Flask, Response, abort, g, render_template_string, request
 
-from webhook import render
+from webhook import constants, render
 from webhook.results import folded, formats
-from webhook.results.store import Run, Store, StoreError
+from webhook.results.auth import AuthError
+from webhook.results.store import Run, Store, StoreError, check_namespace
 
 # The list of runs and the error pages run no script; flame graph pages send their own policy.
 CSP = ("default-src 'none'; script-src 'none'; style-src 'self' 'unsafe-inline'; "
@@ -87,9 +94,43 @@ def _hottest(run: Run) -> str:
     return ""
 
 
-def create_app(root: Path) -> Flask:
+class Access(Protocol):
+    """Who reads, and which namespaces they may read (webhook.results.auth.Authenticator)."""
+
+    def reader(self, header: str | None) -> Any: ...
+
+    def can_read(self, user: Any, namespace: str) -> bool: ...
+
+
+OPEN_PATHS = ("/healthz", "/agent/")  # no reader token (agents bring their own)
+
+
+def create_app(root: Path, access: Access | None = None) -> Flask:
     app = Flask(__name__, static_folder=None)
     store = Store(root)
+
+    @app.before_request
+    def authenticate() -> None:
+        if access is None or request.path.startswith(OPEN_PATHS):
+            return
+        try:
+            g.reader = access.reader(request.headers.get("Authorization"))
+        except AuthError as refused:
+            abort(refused.status, description=refused.message)
+
+    def visible(namespace: str) -> bool:
+        if access is None:
+            return True
+        allowed: dict[str, bool] = g.setdefault("allowed", {})
+        if namespace not in allowed:
+            try:
+                allowed[namespace] = access.can_read(g.reader, namespace)
+            except AuthError as refused:
+                abort(refused.status, description=refused.message)
+        return allowed[namespace]
+
+    def readable_runs() -> list[Run]:
+        return [run for run in store.runs() if visible(run.namespace)]
 
     def page(title: str, body: str, *, subtitle: str = "", depth: int = 0, **extra: Any) -> str:
         home = "../" * depth or "./"
@@ -106,6 +147,16 @@ def create_app(root: Path) -> Flask:
         return response
 
     def find(run_id: str) -> Run:
+        namespace = run_id.split("/", 1)[0]
+        try:
+            check_namespace(namespace)
+        except StoreError as error:
+            abort(404, description=str(error))
+        if not visible(namespace):
+            abort(403, description=f"you may not read the runs of namespace {namespace}: that "
+                  f"needs `{constants.RESULTS_READ_VERB}` on {constants.RESULTS_READ_RESOURCE}."
+                  f"{constants.RBAC_GROUP} there (e.g. the view role, or the chart's "
+                  "results-reader ClusterRole bound in that namespace)")
         try:
             return store.get(run_id)
         except StoreError as error:
@@ -125,15 +176,27 @@ def create_app(root: Path) -> Flask:
         return response
 
     @app.errorhandler(400)
+    @app.errorhandler(401)
+    @app.errorhandler(403)
     @app.errorhandler(404)
+    @app.errorhandler(413)
     @app.errorhandler(500)
-    def error(error: Any) -> tuple[str, int]:
+    @app.errorhandler(503)
+    def error(error: Any) -> Response:
         code = getattr(error, "code", 500) or 500
         text = getattr(error, "description", "") or "error"
-        body = "<p id='error'>{{ text }}</p><p><a href='{{ home }}'>all runs</a></p>"
-        return render_template_string(_LAYOUT, title=str(code), subtitle=str(code), style=_STYLE,
-                                      home="/", body=render_template_string(
-                                          body, text=text, home="/")), code
+        if request.path.startswith(("/agent/", "/api/")):
+            response = Response(json.dumps({"error": text}), status=code,
+                                mimetype="application/json")
+        else:
+            body = "<p id='error'>{{ text }}</p><p><a href='{{ home }}'>all runs</a></p>"
+            response = Response(render_template_string(
+                _LAYOUT, title=str(code), subtitle=str(code), style=_STYLE, home="/",
+                body=render_template_string(body, text=text, home="/")), status=code,
+                mimetype="text/html")
+        if code == 401:
+            response.headers["WWW-Authenticate"] = 'Bearer realm="sidecar-debug results"'
+        return response
 
     @app.get("/healthz")
     def healthz() -> dict[str, str]:
@@ -141,7 +204,7 @@ def create_app(root: Path) -> Flask:
 
     @app.get("/")
     def index() -> str:
-        runs = store.runs()
+        runs = readable_runs()
         groups: dict[tuple[str, str], list[Run]] = {}
         for run in sorted(runs, key=lambda r: (r.namespace, r.pod)):
             groups.setdefault((run.namespace, run.pod), []).append(run)
@@ -154,7 +217,7 @@ def create_app(root: Path) -> Flask:
     def api_runs() -> Response:
         data = [{"id": run.id, "namespace": run.namespace, "pod": run.pod,
                  "technique": run.technique, "started": run.started.isoformat(),
-                 "samples": run.samples} for run in store.runs()]
+                 "samples": run.samples} for run in readable_runs()]
         return Response(json.dumps(data), mimetype="application/json")
 
     @app.get("/runs/<namespace>/<pod>/<name>/")

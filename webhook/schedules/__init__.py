@@ -1,1 +1,1 @@
-"""Scheduled profiling: the schedule annotation, cron times, and the controller's runner."""
+"""Scheduled profiling: the schedule annotation, cron times, and planning (pure)."""

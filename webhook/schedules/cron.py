@@ -6,13 +6,17 @@ accepted, Sunday is 0 or 7, and the macros @hourly, @daily (@midnight), @weekly,
 @yearly (@annually) too. As in Vixie cron, when both day-of-month and day-of-week are
 restricted a day matches if either does.
 
-A parser of its own (about a hundred lines, tested) rather than a dependency: the controller
-needs two questions answered - does a time match, and which was the last matching minute - and
-no timezone handling (schedules are UTC, as the controller's clock).
+A parser of its own (about a hundred lines, tested) rather than a dependency: the results
+service needs two questions answered - does a time match, and which minute of the last few is
+due (`Cron.due`, whose cost does not depend on the expression) - and no timezone handling
+(schedules are UTC, as the service's clock). `previous`/`next` search up to five years and are
+for people (`sidecar-debug schedule check`). Every annotation is hostile: ASCII digits only,
+bounded length, and an expression that can never match is refused when parsed.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -39,8 +43,15 @@ class CronError(ValueError):
     """Not a cron expression; the message names the field and the problem."""
 
 
+_DIGITS = re.compile(r"[0-9]{1,4}")
+MAX_EXPRESSION = 200  # characters; a real crontab field list is far shorter
+# Days per month in a leap year: a day-of-month that no chosen month has never comes.
+_MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
 def _number(text: str, name: str, low: int, high: int, names: dict[str, int]) -> int:
-    value = names.get(text.lower()) if not text.isdigit() else int(text)
+    # ASCII digits only: str.isdigit() accepts '²' and other digits int() refuses.
+    value = int(text) if _DIGITS.fullmatch(text) else names.get(text.lower())
     if value is None:
         raise CronError(f"{name}: {text!r} is not a number"
                         + (f" or a name ({', '.join(names)})" if names else ""))
@@ -57,7 +68,7 @@ def _field(text: str, name: str, low: int, high: int, names: dict[str, int]) -> 
         base, slash, step_text = part.partition("/")
         step = 1
         if slash:
-            if not step_text.isdigit() or int(step_text) == 0:
+            if not _DIGITS.fullmatch(step_text) or int(step_text) == 0:
                 raise CronError(f"{name}: step {step_text!r} is not a positive number")
             step = int(step_text)
         if base == "*":
@@ -100,6 +111,27 @@ class Cron:
         return (moment.minute in self.minutes and moment.hour in self.hours
                 and self._day_matches(moment))
 
+    def can_match(self) -> bool:
+        """Some day of some year matches (`0 0 31 2 *` never does: February has no 31st)."""
+        if self.any_day or not self.any_weekday:
+            return True  # every day, or day-of-month OR a weekday (weekdays come every week)
+        return any(day <= _MONTH_DAYS[month - 1] for month in self.months for day in self.days)
+
+    def due(self, now: datetime, after: datetime | None, window: timedelta) -> datetime | None:
+        """The latest matching minute in (after, now] that is at most `window` old, or None.
+        Checks at most window/1 min + 1 minutes: the cost does not depend on the expression."""
+        now = now.astimezone(UTC).replace(second=0, microsecond=0)
+        oldest = now - window
+        if after is not None:
+            oldest = max(oldest, after.astimezone(UTC).replace(second=0, microsecond=0)
+                         + timedelta(minutes=1))
+        moment = now
+        while moment >= oldest:
+            if self.matches(moment):
+                return moment
+            moment -= timedelta(minutes=1)
+        return None
+
     def previous(self, now: datetime) -> datetime | None:
         """The latest matching minute at or before `now` (UTC), None if none in five years."""
         now = now.astimezone(UTC).replace(second=0, microsecond=0)
@@ -134,6 +166,8 @@ class Cron:
 def parse(expression: str) -> Cron:
     if not isinstance(expression, str):
         raise CronError(f"expected a string like '0 * * * *', got {type(expression).__name__}")
+    if len(expression) > MAX_EXPRESSION:
+        raise CronError(f"longer than {MAX_EXPRESSION} characters")
     text = MACROS.get(expression.strip().lower(), expression)
     parts = text.split()
     if len(parts) != 5:
@@ -141,5 +175,9 @@ def parse(expression: str) -> Cron:
                         "minute hour day-of-month month day-of-week (e.g. '0 * * * *' hourly)")
     parsed = [_field(part, *spec) for part, spec in zip(parts, _FIELDS, strict=True)]
     weekdays = frozenset(day % 7 for day in parsed[4])
-    return Cron(expression, parsed[0], parsed[1], parsed[2], parsed[3], weekdays,
-                any_day=parts[2].startswith("*"), any_weekday=parts[4].startswith("*"))
+    result = Cron(expression, parsed[0], parsed[1], parsed[2], parsed[3], weekdays,
+                  any_day=parts[2].startswith("*"), any_weekday=parts[4].startswith("*"))
+    if not result.can_match():
+        raise CronError(f"{expression!r} never matches: none of its months has one of its days "
+                        "of the month")
+    return result

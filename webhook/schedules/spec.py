@@ -27,7 +27,7 @@ import yaml
 
 from webhook import constants
 from webhook.inject.shape import type_name_with_article
-from webhook.policy.model import LabelSelector, parse_duration
+from webhook.policy.model import LabelSelector, duration_seconds
 from webhook.schedules import cron
 
 DEFAULT_DURATION = 30
@@ -36,8 +36,12 @@ DEFAULT_FREQUENCY = 99
 MAX_FREQUENCY = 10_000
 DEFAULT_MAX_PODS = 1
 MAX_PODS = 50
-MAX_ANNOTATION = 16_384
-_DURATION = re.compile(r"^([0-9]+[hms])+$")
+MAX_ANNOTATION = 16_384  # bytes of UTF-8
+MAX_SCHEDULES = 20  # per annotation: a 16 KiB list of YAML aliases holds thousands
+MAX_NESTING = 16  # brackets and braces: a schedule needs 4; 8,000 overflow the parsers' stacks
+_DURATION = re.compile(r"^([0-9]{1,9}[hms])+$")
+# libyaml's safe loader where PyYAML has it: 16 KiB of YAML in 3 ms instead of 120 ms.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 FIELDS = ("cron", "duration", "technique", "frequency", "selector", "maxPods", "container")
 
@@ -82,7 +86,7 @@ def _duration(value: Any, where: str) -> int:
     if isinstance(value, int):
         seconds = value
     elif isinstance(value, str) and _DURATION.match(value.strip()):
-        seconds = int(parse_duration(value.strip()).total_seconds())
+        seconds = duration_seconds(value.strip())  # an int: no timedelta to overflow
     else:
         raise ScheduleError(f"{where}: duration: {value!r} is not a duration: use seconds "
                             "(30) or a number with a unit h, m or s (30s, 2m, 1m30s)")
@@ -114,7 +118,7 @@ def _selector(value: Any, where: str) -> LabelSelector:
     if not isinstance(value, dict):
         raise ScheduleError(f"{name}: expected a label selector mapping (matchLabels, "
                             f"matchExpressions), got {type_name_with_article(value)}")
-    unknown = sorted(set(value) - {"matchLabels", "matchExpressions"})
+    unknown = sorted(set(value) - {"matchLabels", "matchExpressions"}, key=str)
     if unknown:
         raise ScheduleError(f"{name}: unknown field {unknown[0]!r} (a label selector has "
                             "matchLabels and matchExpressions; put labels under matchLabels)")
@@ -146,7 +150,7 @@ def parse_one(raw: Any, *, namespace: str, pod: str | None, index: int, where: s
     if not isinstance(raw, dict):
         raise ScheduleError(f"{where}: expected a mapping with cron, duration, technique..., "
                             f"got {type_name_with_article(raw)}")
-    unknown = sorted(set(raw) - set(FIELDS))
+    unknown = sorted(set(raw) - set(FIELDS), key=str)
     if unknown:
         raise ScheduleError(f"{where}: unknown field {unknown[0]!r} (fields: "
                             f"{', '.join(FIELDS)})")
@@ -178,6 +182,19 @@ def parse_one(raw: Any, *, namespace: str, pod: str | None, index: int, where: s
     )
 
 
+def nesting(text: str) -> int:
+    """The deepest bracket nesting of `text`, counted without parsing (quotes included: no
+    field a schedule has, label values included, contains brackets)."""
+    depth = deepest = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth = max(depth - 1, 0)
+    return deepest
+
+
 def parse(text: str, *, namespace: str, pod: str | None = None) -> list[Schedule]:
     """The schedules of one annotation value (JSON or YAML, a mapping or a list)."""
     where = (f"{constants.ANNOTATION_SCHEDULE} on pod {namespace}/{pod}" if pod
@@ -185,21 +202,30 @@ def parse(text: str, *, namespace: str, pod: str | None = None) -> list[Schedule
     if not isinstance(text, str) or not text.strip():
         raise ScheduleError(f"{where}: empty; give a mapping like "
                             "{\"cron\": \"0 * * * *\", \"duration\": \"30s\"}")
-    if len(text) > MAX_ANNOTATION:
-        raise ScheduleError(f"{where}: longer than {MAX_ANNOTATION} characters")
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_ANNOTATION:
+        raise ScheduleError(f"{where}: longer than {MAX_ANNOTATION} bytes")
+    depth = nesting(text)
+    if depth > MAX_NESTING:
+        raise ScheduleError(f"{where}: brackets nested {depth} deep (at most {MAX_NESTING}); a "
+                            "schedule is a flat mapping with a selector inside")
     try:
         document = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         try:
-            document = yaml.safe_load(text)
+            document = yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
             line = f" (line {mark.line + 1})" if mark is not None else ""
             raise ScheduleError(f"{where}: neither JSON nor YAML{line}: "
                                 f"{getattr(error, 'problem', None) or error}") from error
+        except (RecursionError, ValueError, TypeError) as error:  # the YAML library's own
+            raise ScheduleError(f"{where}: not readable as YAML: {type(error).__name__}") from error
     items = document if isinstance(document, list) else [document]
     if not items:
         raise ScheduleError(f"{where}: an empty list schedules nothing; remove the annotation")
+    if len(items) > MAX_SCHEDULES:
+        raise ScheduleError(f"{where}: {len(items)} schedules; at most {MAX_SCHEDULES} per "
+                            "annotation")
     return [parse_one(item, namespace=namespace, pod=pod, index=index,
                       where=where if len(items) == 1 else f"{where}: [{index}]")
             for index, item in enumerate(items)]

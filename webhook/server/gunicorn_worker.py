@@ -31,6 +31,7 @@ finish callback all run from its event loop), so the connection states need no l
 from __future__ import annotations
 
 import errno
+import os
 import selectors
 import socket
 import ssl
@@ -47,6 +48,7 @@ from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
 
 from webhook.config import load_settings
 
+PLAIN_BIND_ENV = "SIDECAR_DEBUG_RESULTS_PLAIN_BIND"
 # Largest request head (request line and headers) read before a thread gets the connection;
 # gunicorn's parser then applies its own limits (limit_request_line, limit_request_fields).
 MAX_HEAD_BYTES = 64 * 1024
@@ -201,7 +203,7 @@ class BalancedThreadWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ship
         self.nr_conns += 1
         conn = _Conn(self.cfg, client, address, listener.getsockname())
         now = time.monotonic()
-        if self.cfg.is_ssl:
+        if self.cfg.is_ssl and self.tls_on(listener):
             try:
                 conn.sock = gunicorn_sock.ssl_context(self.cfg).wrap_socket(
                     conn.sock,
@@ -217,6 +219,11 @@ class BalancedThreadWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ship
             conn.start_http()
             conn.deadline = now + self.deadlines.header
         self._wait(conn, selectors.EVENT_READ)
+
+    def tls_on(self, listener: socket.socket) -> bool:
+        """Whether connections on `listener` speak TLS (all of them, when certificates are
+        configured; the results service's worker keeps a loopback listener plain)."""
+        return True
 
     def enqueue_req(self, conn: Any) -> None:
         self.in_flight += 1
@@ -441,3 +448,17 @@ class BalancedThreadWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn ship
             self._on_event(conn)
         else:
             self._wait(conn, selectors.EVENT_READ)
+
+
+class PlainLoopbackWorker(BalancedThreadWorker):
+    """The results service's worker: TLS on its Service port, plain HTTP on the loopback
+    listener named by SIDECAR_DEBUG_RESULTS_PLAIN_BIND (HOST:PORT), which only a process in the
+    pod's network namespace can reach: `kubectl port-forward` (the kubelet connects there from
+    inside the pod's namespace), never another pod."""
+
+    def tls_on(self, listener: socket.socket) -> bool:
+        plain = os.environ.get(PLAIN_BIND_ENV, "")
+        host, _, port = plain.rpartition(":")
+        address = listener.getsockname()
+        return not (plain and isinstance(address, tuple) and str(address[1]) == port
+                    and address[0] == host)

@@ -5,11 +5,13 @@ deadlines instead of holding one of a development server's threads for ever."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
 from webhook.server.gunicorn_logging import JsonGunicornLogger
+from webhook.server.gunicorn_worker import PLAIN_BIND_ENV
 
 
 class _QuietProbesLogger(JsonGunicornLogger):
@@ -34,23 +36,36 @@ class _Application(BaseApplication):  # type: ignore[misc]  # gunicorn ships no 
         return self.application
 
 
-def serve_wsgi(app: Any, host: str, port: int, threads: int = 4) -> None:
-    """Serve `app` until SIGTERM/SIGINT (gunicorn's master handles both)."""
-    _Application(
-        app,
-        {
-            "bind": [f"{host}:{port}"],
-            "workers": 1,
-            "worker_class": "webhook.server.gunicorn_worker.BalancedThreadWorker",
-            "threads": threads,
-            "timeout": 30,
-            "graceful_timeout": 10,
-            "keepalive": 5,
-            "accesslog": "-",
-            "errorlog": "-",
-            "logger_class": _QuietProbesLogger,
-            "control_socket_disable": True,
-            # The heartbeat file must not need a writable root filesystem.
-            "worker_tmp_dir": "/dev/shm" if os.path.isdir("/dev/shm") else None,  # noqa: S108
-        },
-    ).run()
+def serve_wsgi(app: Any, host: str, port: int, threads: int = 4, *,
+               tls: tuple[str, str] | None = None, plain_bind: str | None = None,
+               post_worker_init: Callable[[Any], None] | None = None) -> None:
+    """Serve `app` until SIGTERM/SIGINT (gunicorn's master handles both). `tls` (certificate
+    and key files, reloaded when they change, as the webhook's) serves HOST:PORT over TLS;
+    `plain_bind` (a loopback HOST:PORT) is then a second, plain listener. `post_worker_init`
+    runs in the serving process after gunicorn forked it (threads start there)."""
+    options: dict[str, Any] = {
+        "bind": [f"{host}:{port}"] + ([plain_bind] if plain_bind else []),
+        "workers": 1,
+        "worker_class": "webhook.server.gunicorn_worker.PlainLoopbackWorker",
+        "threads": threads,
+        "timeout": 30,
+        "graceful_timeout": 10,
+        "keepalive": 5,
+        "accesslog": "-",
+        "errorlog": "-",
+        "logger_class": _QuietProbesLogger,
+        "control_socket_disable": True,
+        # The heartbeat file must not need a writable root filesystem.
+        "worker_tmp_dir": "/dev/shm" if os.path.isdir("/dev/shm") else None,  # noqa: S108
+    }
+    if plain_bind:
+        os.environ[PLAIN_BIND_ENV] = plain_bind
+    if tls is not None:
+        from webhook.certs import tls as certs_tls
+
+        options["certfile"], options["keyfile"] = tls
+        options["ssl_context"] = lambda config, default: certs_tls.reloading_ssl_context(
+            config.certfile, config.keyfile)
+    if post_worker_init is not None:
+        options["post_worker_init"] = post_worker_init
+    _Application(app, options).run()

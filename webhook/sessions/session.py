@@ -407,7 +407,7 @@ def remote_dir(kind: str) -> str:
 
 def flamegraph(session: Session, *, seconds: float, frequency: int, pid: int | None,
                name: str | None, output: Path | None, keep_remote: bool = False,
-               force: bool = False) -> int:
+               force: bool = False, profile_type: str = "cpu") -> int:
     """Record in the toolset, bring back the run (stacks.folded, meta.json) and render the page
     here with the one renderer (webhook.render): the pod sends data, never HTML."""
     target = output or Path(f"flamegraph-{session.pod}.html")
@@ -417,6 +417,8 @@ def flamegraph(session: Session, *, seconds: float, frequency: int, pid: int | N
     out = remote_dir("flamegraph")
     command = ["flamegraph", "--seconds", f"{seconds:g}", "--frequency", str(frequency),
                "--out", out]
+    if profile_type != "cpu":  # the default: toolsets older than --type still take the command
+        command += ["--type", profile_type]
     if pid is not None:
         command += ["--pid", str(pid)]
     if name:

@@ -1,8 +1,10 @@
 {{- /*
 Export of stored runs to Grafana Pyroscope and Parca (docs/exports.md), in the container that
-stores runs: SIDECAR_DEBUG_EXPORT carries results.export as JSON (webhook/results/export/
-settings.py checks it at start-up), and each sink's existingSecret is mounted read-only at
-/etc/sidecar-debug/export/<sink>/. Nothing is rendered while no sink has a url.
+stores runs (templates/results.yaml, the results service): SIDECAR_DEBUG_EXPORT carries
+results.export as JSON (webhook/results/export/settings.py checks it at start-up), and each
+sink's existingSecret is mounted read-only at /etc/sidecar-debug/export/<sink>/; with
+networkPolicy.enabled, the results NetworkPolicy lets it out to each sink's URL port (to
+results.export.egressTo, or anywhere). Nothing is rendered while no sink has a url.
 */ -}}
 {{- define "sidecar-debug.export.sinks" -}}
 {{- $e := (.Values.results | default dict).export | default dict -}}
@@ -35,5 +37,29 @@ settings.py checks it at start-up), and each sink's existingSecret is mounted re
   secret:
     secretName: {{ (get $e $kind).existingSecret }}
 {{- end }}
+{{- end }}
+{{- end -}}
+{{- define "sidecar-debug.export.egress" -}}
+{{- $e := (.Values.results | default dict).export | default dict -}}
+{{- $ports := list -}}
+{{- range $kind := list "pyroscope" "parca" }}
+{{- $url := (get $e $kind | default dict).url }}
+{{- if $url }}
+{{- $u := urlParse $url }}
+{{- $hostPort := splitList ":" $u.host }}
+{{- $port := ternary (last $hostPort) (ternary "443" "80" (eq $u.scheme "https")) (gt (len $hostPort) 1) }}
+{{- $ports = append $ports $port }}
+{{- end }}
+{{- end }}
+{{- if $ports }}
+- ports:
+    {{- range uniq $ports }}
+    - port: {{ int . }}
+      protocol: TCP
+    {{- end }}
+  {{- with $e.egressTo }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 {{- end }}
 {{- end -}}

@@ -253,6 +253,14 @@ the environment (SIDECAR_DEBUG_WEBHOOK_NAMESPACE, downward API), not from here.
 {{- $_ := set $s "serviceName" (include "sidecar-debug.serviceName" .) -}}
 {{- $_ := set $s "webhookConfiguration" (include "sidecar-debug.webhookConfigurationName" .) -}}
 {{- $_ := set $s "clusterDomain" .Values.clusterDomain -}}
+{{- if (.Values.results | default dict).enabled -}}
+{{- $_ := set $s "resultsUrl" (include "sidecar-debug.resultsUrl" .) -}}
+{{- $_ := set $s "resultsAudience" (include "sidecar-debug.resultsAudience" .) -}}
+{{- $_ := set $s "resultsTokenSeconds" (int .Values.results.tokenExpirationSeconds) -}}
+{{- if eq .Values.certificates.mode "self" -}}
+{{- $_ := set $s "resultsServiceName" (include "sidecar-debug.resultsName" .) -}}
+{{- end -}}
+{{- end -}}
 {{- $g := .Values.guard -}}
 {{- $_ := set $s "guardLevel" $g.level -}}
 {{- $owners := list (printf "system:serviceaccount:%s:%s" .Release.Namespace (include "sidecar-debug.serviceAccountName" .)) -}}

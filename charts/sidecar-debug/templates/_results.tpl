@@ -1,77 +1,38 @@
 {{- /*
-The results page in the controller pod (issue 13, scheduled profiling). templates/controller.yaml
-includes these in its pod spec: resultsContainers after the controller container, resultsVolumes
-among the volumes (the `results` volume the controller mounts read-write at
-/var/lib/sidecar-debug/results when `results.enabled`), and resultsEnv in the controller's env
-(the retention its schedules pass applies). The page container mounts the volume read-only
-and serves `sidecar-debug results serve` on results.page.port (templates/results.yaml: Service).
+The results service (issue 19): its names, where the toolsets reach it, the audience their
+projected tokens are bound to, and where its serving certificate comes from in each
+certificates mode. templates/results.yaml renders the workload; the webhook's settings
+(resultsUrl, resultsAudience, resultsServiceName) come from here too.
 */ -}}
+{{- define "sidecar-debug.resultsName" -}}
+{{- include "sidecar-debug.suffixedName" (dict "root" . "suffix" "results") -}}
+{{- end -}}
+{{- define "sidecar-debug.resultsSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "sidecar-debug.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: results
+{{- end -}}
 {{- define "sidecar-debug.resultsClaimName" -}}
 {{- $p := (.Values.results | default dict).persistence | default dict -}}
-{{- $p.existingClaim | default (include "sidecar-debug.suffixedName" (dict "root" . "suffix" "results")) -}}
+{{- $p.existingClaim | default (include "sidecar-debug.resultsName" .) -}}
 {{- end -}}
-{{- define "sidecar-debug.controller.resultsContainers" -}}
-{{- $r := .Values.results | default dict -}}
-{{- if $r.enabled -}}
-- name: results
-  image: {{ include "sidecar-debug.webhookImage" . | quote }}
-  imagePullPolicy: {{ .Values.webhook.image.pullPolicy }}
-  command:
-    - sidecar-debug
-    - results
-    - serve
-    - --dir
-    - /var/lib/sidecar-debug/results
-    - --port
-    - {{ $r.page.port | quote }}
-  ports:
-    - name: results
-      containerPort: {{ $r.page.port }}
-      protocol: TCP
-  readinessProbe:
-    httpGet:
-      path: /healthz
-      port: results
-    periodSeconds: 10
-    timeoutSeconds: 3
-  livenessProbe:
-    httpGet:
-      path: /healthz
-      port: results
-    initialDelaySeconds: 10
-    periodSeconds: 20
-    timeoutSeconds: 3
-  resources:
-    {{- toYaml $r.page.resources | nindent 4 }}
-  securityContext:
-    {{- toYaml .Values.webhook.securityContext | nindent 4 }}
-  volumeMounts:
-    - name: results
-      mountPath: /var/lib/sidecar-debug/results
-      readOnly: true
-{{- end }}
+{{- define "sidecar-debug.resultsUrl" -}}
+{{- printf "https://%s.%s.svc:%v" (include "sidecar-debug.resultsName" .) .Release.Namespace .Values.results.service.port -}}
 {{- end -}}
-{{- define "sidecar-debug.controller.resultsVolumes" -}}
-{{- $r := .Values.results | default dict -}}
-{{- if $r.enabled -}}
-- name: results
-  {{- if $r.persistence.enabled }}
-  persistentVolumeClaim:
-    claimName: {{ include "sidecar-debug.resultsClaimName" . }}
-  {{- else }}
-  emptyDir:
-    sizeLimit: {{ $r.persistence.size | quote }}
-  {{- end }}
-{{- include "sidecar-debug.export.volumes" . }}
-{{- end }}
+{{- /* The audience names this release's service: a token for another release's (or for the
+apiserver) is refused, and ours is good for nothing else. */ -}}
+{{- define "sidecar-debug.resultsAudience" -}}
+{{- .Values.results.audience | default (printf "sidecar-debug.io/results/%s/%s" .Release.Namespace (include "sidecar-debug.resultsName" .)) -}}
 {{- end -}}
-{{- define "sidecar-debug.controller.resultsEnv" -}}
-{{- $r := .Values.results | default dict -}}
-{{- if $r.enabled -}}
-- name: SIDECAR_DEBUG_RESULTS_KEEP
-  value: {{ $r.retention.count | quote }}
-- name: SIDECAR_DEBUG_RESULTS_MAX_AGE
-  value: {{ $r.retention.maxAge | quote }}
-{{- include "sidecar-debug.export.env" . }}
-{{- end }}
+{{- /* The Secret the results pod serves from: the webhook's own (self mode: the webhook issues
+results.crt/results.key from its CA), cert-manager's Certificate for it, or yours. */ -}}
+{{- define "sidecar-debug.resultsTlsSecretName" -}}
+{{- $mode := .Values.certificates.mode -}}
+{{- if eq $mode "self" -}}
+{{- include "sidecar-debug.tlsSecretName" . -}}
+{{- else if eq $mode "certManager" -}}
+{{- include "sidecar-debug.suffixedName" (dict "root" . "suffix" "results-tls") -}}
+{{- else -}}
+{{- required "results.tls.secretName: with certificates.mode provided, name the results service's TLS Secret (tls.crt, tls.key and ca.crt, its CA; the certificate names <fullname>-results.<namespace>.svc)" .Values.results.tls.secretName -}}
+{{- end -}}
 {{- end -}}

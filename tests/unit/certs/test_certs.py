@@ -189,6 +189,36 @@ def test_plan_forced_and_name_change() -> None:
     assert "127.0.0.1" in pki.subject_alt_names(renamed.serving.cert)
 
 
+RESULTS_NAMES = ["sd-results", "sd-results.sidecar-debug.svc"]
+
+
+def test_the_results_service_pair_comes_from_the_same_ca_and_follows_it() -> None:
+    """Issue 19: the webhook issues the results service's serving pair into its Secret
+    (results.crt/results.key); renewed like its own, replaced when the CA is, and dropped
+    when no longer wanted."""
+    state = _fresh()
+    added, reasons = rotation.plan_rotation(state, NAMES, POLICY, NOW,
+                                            results_names=RESULTS_NAMES)
+    assert reasons == ["results service certificate missing"]
+    assert added.results is not None and added.serving == state.serving
+    assert sorted(pki.subject_alt_names(added.results.cert)) == sorted(RESULTS_NAMES)
+    pki.verify_chain(added.results.cert, list(added.bundle), now=NOW)
+    data = added.to_secret_data()
+    assert {"results.crt", "results.key"} <= set(data)
+    assert rotation.TLSState.from_secret_data(data) == added
+    stable, reasons = rotation.plan_rotation(added, NAMES, POLICY, NOW + dt.timedelta(days=1),
+                                             results_names=RESULTS_NAMES)
+    assert reasons == [] and stable == added
+    due = pki.renewal_time(added.results.cert)
+    renewed, reasons = rotation.plan_rotation(added, NAMES, POLICY, due,
+                                              results_names=RESULTS_NAMES)
+    assert "results service certificate due for renewal" in reasons
+    assert renewed.results is not None and renewed.results.cert != added.results.cert
+    dropped, reasons = rotation.plan_rotation(added, NAMES, POLICY, NOW)
+    assert reasons == ["results service certificate no longer wanted"]
+    assert dropped.results is None and "results.crt" not in dropped.to_secret_data()
+
+
 def test_ca_roll_keeps_every_step_verifying() -> None:
     """Introduce -> (overlap) -> promote -> (overlap) -> prune; at each step every certificate
     a replica may still serve verifies against the bundle the apiserver may still hold."""

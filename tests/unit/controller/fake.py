@@ -1,5 +1,6 @@
 """A fake Kubernetes API for the controller: Leases with resourceVersions and 409s, a pod list,
-Events (409 on a second create), evictions (status chosen by the test) and exec."""
+Events (409 on a second create), evictions (status chosen by the test) and a namespace list.
+No exec: the controller holds no pods/exec right."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from webhook import constants
-from webhook.controller.kubeapi import ApiError, ExecResult
+from webhook.controller.kubeapi import ApiError
 
 NOW = dt.datetime(2026, 12, 3, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -45,8 +46,7 @@ class FakeApi:
         self.events: dict[tuple[str, str], dict[str, Any]] = {}
         self.evictions: list[dict[str, Any]] = []
         self.eviction_status: int | None = None  # e.g. 429: a PodDisruptionBudget refuses
-        self.execs: list[tuple[str, str, str, list[str]]] = []
-        self.exec_result = ExecResult(0, "stopping 17 23\n", "")
+        self.namespaces: list[dict[str, Any]] = []
         self.calls: list[tuple[str, str]] = []
         self.down = False  # every call fails as if the apiserver were unreachable
         self.before_write: Callable[[], None] | None = None  # runs between a GET and a PUT
@@ -62,6 +62,8 @@ class FakeApi:
             return self._lease(method, lease.group(1), lease.group(2), body)
         if method == "GET" and path.split("?")[0] == "/api/v1/pods":
             return {"items": copy.deepcopy(self.pods)}
+        if method == "GET" and path.split("?")[0] == "/api/v1/namespaces":
+            return {"items": copy.deepcopy(self.namespaces)}
         event = re.fullmatch(r"/api/v1/namespaces/([^/]+)/events", path)
         if event and method == "POST":
             key = (event.group(1), body["metadata"]["name"])
@@ -112,11 +114,6 @@ class FakeApi:
         stored.setdefault("metadata", {})["resourceVersion"] = str(self.resource_version)
         self.leases[key] = stored
         return copy.deepcopy(stored)
-
-    def exec(self, namespace: str, pod: str, container: str, command: list[str],
-             timeout: float) -> ExecResult:
-        self.execs.append((namespace, pod, container, command))
-        return self.exec_result
 
     def server_minor(self) -> int:
         return self.minor

@@ -23,8 +23,7 @@ from tests.unit.controller.fake import (
 from webhook import constants
 from webhook.config import load_settings
 from webhook.controller import metrics
-from webhook.controller.expiry import STOP_SCRIPT, ExpiryPass
-from webhook.controller.kubeapi import ExecResult
+from webhook.controller.expiry import ExpiryPass
 from webhook.controller.sessions import ATTACHED, INJECTED, STANDBY, sessions_of
 from webhook.kube.access import AccessCheck, ClusterAPIError
 from webhook.policy.gate import PolicyGate, load_policy_engine
@@ -116,7 +115,7 @@ def test_report_writes_one_event_per_session_and_counts_it(tmp_path: Path) -> No
     assert event["type"] == "Warning"
     assert "maxSessionDuration 30m" in event["message"] and "'shop'" in event["message"]
     assert "expired at 2026-12-03T11:30:00Z" in event["message"]
-    assert not api.evictions and not api.execs
+    assert not api.evictions
     assert count("report", "reported") == before + 1
     # Next pass (even on another replica): not reported again (the Event's name is fixed).
     assert expiry_pass(api, rules).run().actions == [("shop/old", "report", "already-reported")]
@@ -217,7 +216,11 @@ def test_a_replica_that_is_no_longer_leader_does_nothing(tmp_path: Path) -> None
 # ------------------------------------------------------------------ stop
 
 
-def test_stop_ends_the_attached_toolset_and_reports_the_injected_sidecar(tmp_path: Path) -> None:
+def test_stop_leaves_the_attached_toolset_to_end_itself_and_reports_what_still_runs(
+        tmp_path: Path) -> None:
+    """The attached toolset ends itself at its deadline (its env): the controller waits
+    STOP_GRACE, then reports one that still runs, once; an injected sidecar is reported as
+    unsupported. No exec, no eviction, ever."""
     api = FakeApi()
     api.pods = [
         pod("standby", created=NOW - 3 * HOUR, status={"mode": "standby", "profile": "perf"},
@@ -227,34 +230,32 @@ def test_stop_ends_the_attached_toolset_and_reports_the_injected_sidecar(tmp_pat
                                   seconds=1))]),
         injected("web", created=NOW - HOUR),
     ]
-    stopped, unsupported = count("stop", "stopped"), count("stop", "unsupported")
+    still, unsupported = count("stop", "still-running"), count("stop", "unsupported")
     result = expiry_pass(api, gate(tmp_path, [shop_rule("stop")])).run()
-    assert sorted(result.actions) == [("shop/standby", "stop", "stopped"),
+    assert sorted(result.actions) == [("shop/standby", "stop", "still-running"),
                                       ("shop/web", "stop", "unsupported")]
-    # Only the overdue container, over exec, with the cgroup-scoped script.
-    assert api.execs == [("shop", "standby", "debug-toolset-a1b2c3", ["sh", "-c", STOP_SCRIPT])]
-    assert not api.evictions
-    assert count("stop", "stopped") == stopped + 1
+    assert not api.evictions and all(method != "POST" or "/events" in path
+                                     for method, path in api.calls)
+    assert count("stop", "still-running") == still + 1
     assert count("stop", "unsupported") == unsupported + 1
-    [note] = events(api, "DebugSessionExpired")
-    assert note["involvedObject"]["name"] == "web" and "use onExpiry evict" in note["message"]
-    assert events(api, "DebugSessionStopped")[0]["type"] == "Normal"
+    notes = {e["involvedObject"]["name"]: e["message"] for e in events(api, "DebugSessionExpired")}
+    assert "use onExpiry evict" in notes["web"]
+    assert constants.ENV_SESSION_DEADLINE in notes["standby"] and "no exec right" in notes[
+        "standby"]
+    again = expiry_pass(api, gate(tmp_path, [shop_rule("stop")])).run()
+    assert ("shop/standby", "stop", "already-reported") in again.actions
 
 
-def test_a_failed_stop_is_counted_and_not_reported_as_done(tmp_path: Path) -> None:
+def test_an_attached_toolset_just_past_its_expiry_is_given_time_to_end_itself(
+        tmp_path: Path) -> None:
     api = FakeApi()
-    api.exec_result = ExecResult(126, "", "sh: not found")
+    # The rule allows 1h; this one started 1h and 30s ago: within STOP_GRACE of its expiry.
     api.pods = [pod("p", ephemeral=[attached_container()],
-                    ephemeral_status=[running("debug-toolset-a1b2c3", NOW - HOUR)])]
-    failed = count("stop", "failed")
-    result = expiry_pass(api, gate(tmp_path, [shop_rule("stop")])).run()
-    assert result.actions == [("shop/p", "stop", "failed")]
-    assert count("stop", "failed") == failed + 1 and not events(api, "DebugSessionStopped")
-
-
-def test_stop_script_never_signals_by_pid_one_or_outside_its_cgroup() -> None:
-    assert "/proc/$$/cgroup" in STOP_SCRIPT and '"$c" = "$me"' in STOP_SCRIPT
-    assert "kill -TERM $pids" in STOP_SCRIPT and " 1 " not in STOP_SCRIPT.split("kill")[1]
+                    ephemeral_status=[running("debug-toolset-a1b2c3",
+                                              NOW - HOUR - dt.timedelta(seconds=30))])]
+    result = expiry_pass(api, gate(tmp_path, [shop_rule("stop", "1h")])).run()
+    assert result.actions == [("shop/p", "stop", "waiting")]
+    assert not events(api, "DebugSessionExpired") and api.writes() == []
 
 
 # ------------------------------------------------------------------ undecidable rules

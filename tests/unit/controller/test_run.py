@@ -1,22 +1,21 @@
-"""The controller's loop: leader election and work together, the schedules hook, a clean stop."""
+"""The controller's loop: leader election and work together, the schedule checks after expiry,
+a clean stop."""
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import threading
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.unit.controller.fake import FakeApi, injected
+from webhook import constants
 from webhook.controller import metrics
 from webhook.controller.lease import Timing
 from webhook.controller.run import Controller, Options
 from webhook.policy.model import RuleSettings
-from webhook.schedules import runner
 
 NS, LEASE = "sidecar-debug", "sd-controller"
 
@@ -26,57 +25,70 @@ class NoLimit:
         return RuleSettings(), "the defaults"
 
 
-def controller(api: FakeApi, tmp_path: Path | None = None, **options: Any) -> Controller:
+def controller(api: FakeApi, check_schedules: bool = True, **options: Any) -> Controller:
     return Controller(
         api_client="the ApiClient", elector_client=None, rules=NoLimit(),
         options=Options(identity="replica-1", lease_namespace=NS, lease_name=LEASE,
-                        timing=Timing(2, 1, 0.1), interval=0.2, results_dir=tmp_path,
+                        timing=Timing(2, 1, 0.1), interval=0.2, check_schedules=check_schedules,
                         metrics_address="127.0.0.1", metrics_port=0, **options),
         api=api, elector_api=api)
 
 
-def test_the_schedules_get_the_api_client_an_aware_time_and_the_results_dir(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple[Any, dt.datetime, Path]] = []
-    monkeypatch.setattr(runner, "tick", lambda api, now, results: calls.append((api, now, results)))
+def poisoned_namespace() -> dict[str, Any]:
+    return {"metadata": {"name": "shop", "uid": "uid-shop",
+                         "annotations": {constants.ANNOTATION_SCHEDULE: "[" * 8000 + "]" * 8000}}}
+
+
+def test_schedule_checks_run_after_expiry_over_its_pods_and_report_once() -> None:
     api = FakeApi()
-    subject = controller(api, tmp_path)
+    api.pods = [injected("web")]
+    api.namespaces = [poisoned_namespace()]
+    subject = controller(api)
     subject.elector.step()  # now the leader
     subject.work_once()
-    [(api_client, now, results)] = calls
-    assert api_client == "the ApiClient" and results == tmp_path
-    assert now.tzinfo is not None and abs(dt.datetime.now(dt.UTC) - now).total_seconds() < 5
-    assert ("GET", "/api/v1/pods?resourceVersion=0") in api.calls  # the expiry pass ran first
+    subject.work_once()
+    listed = [path for method, path in api.calls if method == "GET" and "/api/v1/" in path]
+    assert listed[0] == "/api/v1/pods?resourceVersion=0"  # expiry first
+    assert listed.count("/api/v1/pods?resourceVersion=0") == 2  # one pod list per pass
+    events = [e for e in api.events.values() if e["reason"] == "ScheduleInvalid"]
+    assert len(events) == 1  # once, not every pass
+    assert events[0]["involvedObject"]["kind"] == "Namespace"
+    assert "nested 8000 deep" in events[0]["message"]
 
 
-def test_a_failing_tick_is_one_log_line_and_the_next_interval_runs(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        caplog: pytest.LogCaptureFixture) -> None:
-    def broken(api: Any, now: dt.datetime, results: Path) -> None:
+def test_failing_schedule_checks_are_one_log_line_and_expiry_goes_on(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    def broken(pods: Any) -> Any:
         raise ValueError("disk full\nsecond line")
 
-    monkeypatch.setattr(runner, "tick", broken)
-    subject = controller(FakeApi(), tmp_path)
+    api = FakeApi()
+    api.pods = [injected("web")]
+    subject = controller(api)
+    assert subject.schedules is not None
+    monkeypatch.setattr(subject.schedules, "run", broken)
     subject.elector.step()
     with caplog.at_level(logging.ERROR):
         subject.work_once()
         subject.work_once()
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-    assert errors == ["schedules tick failed: ValueError: disk full second line"] * 2
+    assert errors == ["schedule checks failed: ValueError: disk full second line"] * 2
+    assert api.calls.count(("GET", "/api/v1/pods?resourceVersion=0")) == 2
 
 
-def test_a_standby_replica_runs_no_schedules(tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[Any] = []
-    monkeypatch.setattr(runner, "tick", lambda *args: calls.append(args))
+def test_a_standby_replica_and_a_controller_without_checks_post_nothing() -> None:
     api = FakeApi()
-    controller(api, tmp_path).elector.step()  # another replica holds the lease
-    subject = controller(api, tmp_path, sidecar_name="debug-toolset")
+    api.pods = [injected("web")]
+    api.namespaces = [poisoned_namespace()]
+    controller(api).elector.step()  # another replica holds the lease
+    subject = controller(api, sidecar_name="debug-toolset")
     subject.elector.identity = "replica-2"
     subject.elector.step()
     assert not subject.elector.is_leader
-    subject.work_once()  # (run() calls it only for the leader; the tick checks again)
-    assert calls == []
+    subject.work_once()  # (run() calls it only for the leader; the checks look again)
+    unchecked = controller(FakeApi(), check_schedules=False)
+    unchecked.elector.step()
+    unchecked.work_once()
+    assert not api.events and unchecked.schedules is None
 
 
 def test_run_elects_works_serves_metrics_and_releases_the_lease_on_stop(
@@ -87,8 +99,8 @@ def test_run_elects_works_serves_metrics_and_releases_the_lease_on_stop(
     ports: list[int] = []
     original = metrics.serve
 
-    def serve(address: str, port: int, healthy: Any) -> Any:
-        server = original(address, port, healthy)
+    def serve(address: str, port: int, healthy: Any, **kwargs: Any) -> Any:
+        server = original(address, port, healthy, **kwargs)
         ports.append(server.server_address[1])
         return server
 

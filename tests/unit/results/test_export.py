@@ -405,38 +405,18 @@ def test_bad_settings_name_the_value(raw: Any, where: str) -> None:
     assert where in str(refused.value)
 
 
-# --- where runs are stored today: the controller's schedules -------------------------------------
+# --- the results service, the one writer of the store -------------------------------------------
 
-def test_a_scheduled_run_is_exported_once_stored(tmp_path: Path, make: Make,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from datetime import timedelta
-
-    from tests.unit.schedules.test_runner import T0, FakeCluster, web_pods
-    from webhook.results import export
-    from webhook.schedules import runner
-
-    monkeypatch.setattr(runner, "_RUNNER", runner.Runner())
-    with running(FakeSink()) as sink:
-        made = make({"pyroscope": {"url": sink.url}})
-        monkeypatch.setattr(export, "_INSTALLED", made)
-        cluster = FakeCluster('{"cron": "*/10 * * * *", "duration": "20s", "maxPods": 1, '
-                              '"selector": {"matchLabels": {"app": "web"}}}', web_pods())
-        for now in (T0 - timedelta(minutes=5), T0):
-            runner.tick(None, now, tmp_path, cluster=cluster, background=False, environ={})
-        [request] = sink.wait_for(1)
-    [stored] = Store(tmp_path).runs()
-    labels = pyroscope_labelset(request.query["name"][0])
-    assert (labels["pod"], labels["schedule"]) == (stored.pod, "namespace/shop#0")
-    assert folded.parse(request.body.decode()) == stored.stacks()
-
-
-def test_the_controller_refuses_bad_export_settings_in_one_line(
+def test_the_results_service_refuses_bad_export_settings_in_one_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
+    """Checked before anything else (certificate, cluster): a typo fails the rollout."""
     from webhook.commands import cli
 
     monkeypatch.setenv("SIDECAR_DEBUG_EXPORT", '{"parca": {"url": "parca:7070"}}')
-    code = cli.main(["controller", "--results-dir", str(tmp_path),
+    code = cli.main(["results", "service", "--dir", str(tmp_path), "--audience", "a",
+                     "--tls-cert-file", str(tmp_path / "missing.crt"),
+                     "--tls-key-file", str(tmp_path / "missing.key"), "--tls-wait", "0",
                      "--kubeconfig", str(tmp_path / "missing")])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err

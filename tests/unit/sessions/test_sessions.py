@@ -429,6 +429,7 @@ class LocalToolset(sessions.Session):
     def __init__(self, files: dict[str, bytes]) -> None:
         super().__init__(api_client=None, pod="web-1", namespace="shop", container="tools")
         self.files = files
+        self.commands: list[list[str]] = []
 
     def toolset_container(self) -> str:
         return "tools"
@@ -438,6 +439,7 @@ class LocalToolset(sessions.Session):
         import subprocess
 
         if command[0] == "flamegraph":
+            self.commands.append(list(command))
             out = Path(command[command.index("--out") + 1])
             out.mkdir(parents=True)
             for name, data in self.files.items():
@@ -494,6 +496,17 @@ def test_flamegraph_renders_the_run_here_with_the_recordings_named_share(
                        f"flame graph:   {target}",
                        f"folded stacks: {target.with_suffix('.folded')}"]
     assert list(remote_base.iterdir()) == []  # the recording is removed from the pod
+
+
+def test_flamegraph_passes_the_profile_type_through(tmp_path: Path, remote_base: Path) -> None:
+    session = LocalToolset({"stacks.folded": FOLDED})
+    assert sessions.flamegraph(session, seconds=1, frequency=99, pid=None, name=None,
+                               output=tmp_path / "a.html", profile_type="wall") == 0
+    assert sessions.flamegraph(session, seconds=1, frequency=99, pid=None, name=None,
+                               output=tmp_path / "b.html") == 0
+    wall, cpu = session.commands
+    assert wall[wall.index("--type") + 1] == "wall"
+    assert "--type" not in cpu  # the default: a toolset older than --type takes it too
 
 
 def test_flamegraph_from_a_toolset_without_meta_computes_the_share(

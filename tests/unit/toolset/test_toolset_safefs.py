@@ -213,28 +213,27 @@ def test_private_workdir_is_created_0700(
     assert stat.S_IMODE(os.stat(tmp_path / "private").st_mode) == 0o700
 
 
-def test_flamegraph_does_not_copy_the_perf_map_through_a_planted_link(
+def test_flamegraph_reads_no_perf_map_through_a_planted_link(
     common: ModuleType,
-    flamegraph: ModuleType,
     shared: Path,
     sidecar: Path,
-    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The issue's exploit: /tmp/perf-PID.map -> ../usr/lib/python3/dist-packages/x.pth,
-    dangling, so a check with os.path.exists passes and the copy writes the app's map there."""
-    pth = sidecar / "dist-packages" / "x.pth"
+    """The issue's exploit: /tmp/perf-PID.map -> the sidecar's own file. The recording reads the
+    map itself (perf only records), without following links, and writes nothing anywhere."""
+    import recording
+
+    target = sidecar / "dist-packages" / "x.pth"
+    target.write_text("1000 10 the_sidecars_file\n")
     local = shared / "perf-42.map"
-    local.symlink_to(pth)
-    app_map = tmp_path / "app-map"
-    app_map.write_text("import os; os.system('id > /tmp/owned')\n")
+    local.symlink_to(target)
     monkeypatch.setattr(common, "local_perf_map", lambda pid: str(local))
-    monkeypatch.setattr(
-        common, "open_perf_map", lambda pid: (os.open(app_map, os.O_RDONLY), "/proc/42/root/...")
-    )
-    flamegraph.copy_perf_map(42)
-    assert not pth.exists()
-    assert local.is_symlink()
-    problem = common.unsafe_perf_map  # the render step refuses while the link is there
     monkeypatch.setattr(common, "perf_map_owners", lambda pid: {0, os.getuid()})
-    assert problem(42) is not None and "symbolic link" in problem(42)
+    assert recording.read_perf_map(42) is None
+    assert local.is_symlink() and target.read_text() == "1000 10 the_sidecars_file\n"
+    problem = common.unsafe_perf_map(42)  # what the run's warnings say
+    assert problem is not None and "symbolic link" in problem
+    local.unlink()
+    local.write_text("1000 10 the_apps_function\n")
+    read = recording.read_perf_map(42)
+    assert read is not None and read.lookup(0x1004) == "the_apps_function"

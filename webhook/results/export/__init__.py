@@ -1,6 +1,7 @@
 """Optional export of every stored run to Grafana Pyroscope and Parca (docs/exports.md).
 
-The process that stores runs calls `export(run)` after each one is stored; the call only puts
+The results service (webhook.results.service, the one writer of the store) calls `export(run)`
+after each run is stored; the call only puts
 the run in each sink's queue and returns. A thread per sink sends (settings.py: where and with
 which credentials; wire.py: the request shapes; send.py: HTTP), retrying with a doubling wait,
 so a slow or dead sink never delays storing or serving: its queue fills, and what does not fit
@@ -32,8 +33,7 @@ from webhook.results.export.settings import (
 )
 from webhook.results.store import Run, StoreError
 
-__all__ = ["Exporters", "ExportSettings", "ExportSettingsError", "SinkSettings", "install",
-           "installed"]
+__all__ = ["Exporters", "ExportSettings", "ExportSettingsError", "SinkSettings"]
 
 log = logging.getLogger("sidecar-debug.export")
 
@@ -193,15 +193,3 @@ class Exporters:
         for sink in self._sinks:
             sink.stop(timeout)
 
-
-_INSTALLED: Exporters | None = None
-
-
-def install(exporters: Exporters) -> None:
-    """Make `exporters` the process's (the process that stores runs does this at start-up)."""
-    global _INSTALLED
-    _INSTALLED = exporters
-
-
-def installed() -> Exporters | None:
-    return _INSTALLED

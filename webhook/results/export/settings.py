@@ -131,7 +131,8 @@ class ExportSettings:
     def from_mapping(cls, raw: Any, *, secrets_root: Path = SECRETS_ROOT,
                      where: str = "results.export") -> ExportSettings:
         _require(isinstance(raw, dict), where, "must be an object")
-        known = {"queueSize", "attempts", "backoffSeconds", "timeoutSeconds", *SINKS}
+        # egressTo is the chart's (the NetworkPolicy): known, not used here.
+        known = {"queueSize", "attempts", "backoffSeconds", "timeoutSeconds", "egressTo", *SINKS}
         unknown = sorted(set(raw) - known)
         _require(not unknown, where, f"unknown field(s) {unknown}; known: {sorted(known)}")
         timeout = _number(raw, "timeoutSeconds", 10.0, 0.1, 600, where)

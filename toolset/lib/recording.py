@@ -1,0 +1,619 @@
+# ruff: noqa: S603  (runs the tools of this image with arguments built here)
+"""The one recording entry point of the toolset: profile a process of the pod into a run
+directory holding `stacks.folded` (the source of truth) and `meta.json` (what was recorded, how,
+and how well: the named share, the unwinding used per binary, warnings).
+
+`flamegraph` (exec'd from a workstation) and the results agent both call `record_run`. Nothing
+here renders: the workstation (or the results page) draws the graph from these two files.
+
+Techniques, chosen per target:
+- perf (`perf record --call-graph dwarf`, or `-g` when every binary keeps frame pointers),
+  unwound and named by stacks_unwind.py: C/C++/Go/Rust, Node and Java JIT code through their
+  perf maps, Python >= 3.12 through its perf trampolines;
+- py-spy for Python < 3.12 (no perf support there): Python and native frames merged.
+Types: cpu (on-CPU samples), offcpu (time blocked, from context switches), wall (both, in time).
+
+Failures raise RecordingFailed with an exit code, a stable machine-readable reason and ONE line
+that says why and what to do; meta.json of a failed run carries the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import elf_frames
+import perf_data
+import stacks_unwind
+import toolset_common as common
+
+TYPES = ("cpu", "offcpu", "wall")
+# Stack bytes copied per sample for DWARF unwinding. 32 KiB holds the stacks of the sample
+# runtimes from the leaf to main (Node's deepest in the demo: ~14 KiB); deeper ones end in one
+# `[unwind stopped: stack deeper than ...]` frame. The copy is most of the sampling cost.
+DWARF_STACK = 32768
+OFFCPU_STACK = 16384
+PERF_DATA_LIMIT = 1 << 30
+DSO_LIMIT = 1 << 32
+
+# Reasons (meta.json `error.reason`, stable for machines) -> exit code.
+REASONS = {
+    "no-target": common.EXIT_NO_TARGET,
+    "no-tool": common.EXIT_NOT_POSSIBLE,
+    "ptrace": common.EXIT_NOT_POSSIBLE,  # the app's uid differs and no CAP_SYS_PTRACE
+    "paranoid": common.EXIT_NOT_POSSIBLE,  # perf_event_paranoid forbids it, no CAP_PERFMON
+    "seccomp": common.EXIT_NOT_POSSIBLE,  # the container's seccomp filter refuses perf
+    "type-unsupported": common.EXIT_NOT_POSSIBLE,  # this --type cannot run here
+    "no-samples": common.EXIT_FAILED,
+    "tool-failed": common.EXIT_FAILED,
+}
+
+
+class RecordingFailed(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.code = REASONS.get(reason, common.EXIT_FAILED)
+
+    def as_meta(self) -> dict[str, Any]:
+        return {"error": {"reason": self.reason, "code": self.code, "message": self.message}}
+
+
+@dataclass
+class Options:
+    target: common.Process
+    type: str = "cpu"
+    seconds: float = 10.0
+    frequency: int = 99
+    technique: str = "auto"  # auto | perf | py-spy
+    progress: Callable[[str], None] = common.log
+
+
+@dataclass
+class Run:
+    folded: stacks_unwind.Folded
+    meta: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+
+# --- permissions: one line that says why, before perf says it in ten -------------------------
+
+def attached_hint() -> str:
+    if os.environ.get("SIDECAR_DEBUG_ATTACHED") == "true":
+        return ("this is an attached (ephemeral) toolset: Kubernetes < 1.23 gives ephemeral "
+                "containers no securityContext, so it has no capabilities; inject the toolset "
+                "with the `perf` or `full` profile instead")
+    return "use the `perf` or `full` profile (sidecar-debug.io/profile)"
+
+
+@dataclass
+class Access:
+    user_only: bool
+    note: str = ""  # for the run's warnings
+    why: str = ""  # the reason alone, for a refusal that depends on it
+
+
+def perf_access(target: common.Process) -> Access:
+    """What perf may do with the target here, or RecordingFailed saying why not."""
+    caps = common.capabilities()
+    uid = os.geteuid()
+    paranoid_text = (common.read_text("/proc/sys/kernel/perf_event_paranoid") or "2").strip()
+    paranoid = int(paranoid_text) if re.fullmatch(r"-?\d+", paranoid_text) else 2
+    perfmon = bool({"PERFMON", "SYS_ADMIN"} & caps)
+    if target.uid >= 0 and target.uid != uid and "SYS_PTRACE" not in caps:
+        raise RecordingFailed(
+            "ptrace",
+            f"the app (PID {target.pid}) runs as uid {target.uid} and this toolset as uid {uid} "
+            "without CAP_SYS_PTRACE, so the kernel lets perf open no events on it: "
+            + attached_hint() + ", or run the toolset as the app's uid")
+    if perfmon or paranoid <= 1:
+        return Access(user_only=False)
+    if paranoid >= 3:
+        raise RecordingFailed(
+            "paranoid",
+            f"perf_event_paranoid is {paranoid} on this node and this toolset has no "
+            f"CAP_PERFMON: no perf events at all; {attached_hint()}, or lower "
+            "kernel.perf_event_paranoid to 2 on the node")
+    why = f"perf_event_paranoid is {paranoid} and this toolset has no CAP_PERFMON"
+    return Access(user_only=True, why=why, note=(
+        f"user-space only: {why}, so kernel frames are not sampled (time in system calls "
+        "shows as the user frame that called them)"))
+
+
+def explain_perf_error(stderr: str, target: common.Process) -> RecordingFailed:
+    text = stderr.strip()
+    seccomp = (common.read_text("/proc/self/status") or "")
+    filtered = re.search(r"^Seccomp:\s+2", seccomp, re.MULTILINE) is not None
+    if "No such process" in text or "not found" in text and "process" in text:
+        return RecordingFailed("no-target", f"PID {target.pid} exited before perf attached")
+    if "ermission" in text or "not permitted" in text or "Access" in text:
+        if filtered:
+            return RecordingFailed(
+                "seccomp",
+                "perf_event_open is refused by this container's seccomp filter (runtime "
+                "default filters block it): the `perf` and `full` profiles set "
+                "seccompProfile Unconfined; " + attached_hint())
+        return RecordingFailed(
+            "paranoid",
+            "perf may not open events on the app here (perf_event_paranoid "
+            f"{(common.read_text('/proc/sys/kernel/perf_event_paranoid') or '?').strip()}, "
+            f"capabilities: {', '.join(sorted(common.capabilities())) or 'none'}): "
+            + attached_hint())
+    last = [line for line in text.splitlines() if line.strip()][-1:] or ["no message"]
+    return RecordingFailed("tool-failed", f"perf record failed: {common.printable(last[0])}")
+
+
+# --- reading the app's binaries ---------------------------------------------------------------
+
+class BinaryOpener:
+    """Opens the binaries the app has mapped, as its mount namespace has them: the exact mapped
+    file through /proc/PID/map_files where this toolset may (CAP_SYS_ADMIN), else the path
+    walked inside /proc/PID/root without leaving it (common.open_in_root), the inode checked
+    against the mapping's. Only the parts of the file the unwinder reads are read."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.cache: dict[tuple[str, int], elf_frames.ElfFile | None] = {}
+        self.vdso: elf_frames.ElfFile | None | bool = False
+        self.problems: list[str] = []
+        self.debug_files: list[str] = []
+
+    def __call__(self, mapping: perf_data.Mapping) -> elf_frames.ElfFile | None:
+        if mapping.filename == "[vdso]":
+            return self._vdso()
+        if not mapping.filename.startswith("/") or mapping.filename.startswith("//"):
+            return None
+        key = (mapping.filename, mapping.inode)
+        if key not in self.cache:
+            self.cache[key] = self._open(mapping)
+        return self.cache[key]
+
+    def _open(self, mapping: perf_data.Mapping) -> elf_frames.ElfFile | None:
+        fd = -1
+        try:
+            fd = os.open(f"/proc/{self.pid}/map_files/{mapping.start:x}-{mapping.end:x}",
+                         os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            path = mapping.filename.removesuffix(" (deleted)")
+            try:
+                fd, _ = common.open_in_root(f"/proc/{self.pid}/root", path)
+            except (OSError, common.UnsafePath) as error:
+                self.problems.append(f"{common.printable(path)}: {error}")
+                return None
+        try:
+            info = os.fstat(fd)
+            if mapping.inode and info.st_ino != mapping.inode:
+                self.problems.append(f"{common.printable(mapping.filename)} was replaced "
+                                     "since the app mapped it: its frames are unnamed")
+                return None
+            elf = elf_frames.load(fd, info.st_size, mapping.filename, DSO_LIMIT)
+            if not elf.has_symtab:
+                elf.debug_symbols = debug_file(elf.build_id())
+                if elf.debug_symbols is not None:
+                    self.debug_files.append(os.path.basename(mapping.filename))
+            return elf
+        except (OSError, elf_frames.ElfError) as error:
+            self.problems.append(f"{common.printable(mapping.filename)}: {error}")
+            return None
+        finally:
+            os.close(fd)
+
+    def _vdso(self) -> elf_frames.ElfFile | None:
+        """The kernel's vDSO is the same in every process: ours is read from our memory."""
+        if self.vdso is False:
+            self.vdso = None
+            for line in (common.read_text("/proc/self/maps") or "").splitlines():
+                if line.endswith("[vdso]"):
+                    start, end = (int(part, 16) for part in line.split()[0].split("-"))
+                    import ctypes
+
+                    try:
+                        self.vdso = elf_frames.ElfFile(ctypes.string_at(start, end - start),
+                                                       "[vdso]")
+                    except elf_frames.ElfError:
+                        self.vdso = None
+        return self.vdso if isinstance(self.vdso, elf_frames.ElfFile) else None
+
+
+DEBUG_DIR = "/usr/lib/debug/.build-id"
+
+
+def debug_file(build_id: str) -> elf_frames.ElfFile | None:
+    """The toolset's own debug symbols for a binary of the same build-id (libc6-dbg in the
+    image: glibc's static functions, e.g. __libc_start_call_main, msort_with_tmp, are in no
+    .dynsym). Same build-id, same code: the names are right whoever mapped the file."""
+    if not re.fullmatch(r"[0-9a-f]{4,80}", build_id):
+        return None
+    path = os.path.join(DEBUG_DIR, build_id[:2], build_id[2:] + ".debug")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        return elf_frames.load(fd, os.fstat(fd).st_size, path, DSO_LIMIT)
+    except (OSError, elf_frames.ElfError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_perf_map(pid: int) -> stacks_unwind.PerfMap | None:
+    opened = common.open_perf_map(pid)
+    if opened is None:
+        return None
+    try:
+        return stacks_unwind.PerfMap(common.read_fd(opened[0], common.PERF_MAP_LIMIT))
+    except OSError:
+        return None
+
+
+def kallsyms() -> stacks_unwind.Kallsyms | None:
+    table = stacks_unwind.Kallsyms(common.read_text("/proc/kallsyms"))
+    return table if table.starts else None
+
+
+def frame_pointers_everywhere(pid: int, opener: BinaryOpener) -> bool:
+    """True when every executable file the process maps is a Go binary (Go keeps frame
+    pointers on amd64, and a Go binary is usually all the code there is): the kernel's
+    frame-pointer walk (`-g`) is then complete and cheaper than copying stacks."""
+    maps = common.read_text(f"/proc/{pid}/maps") or ""
+    files = set()
+    for line in maps.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) == 6 and "x" in parts[1] and parts[5].startswith("/"):
+            start, end = (int(part, 16) for part in parts[0].split("-"))
+            files.add((parts[5], start, end, int(parts[4])))
+    if not files:
+        return False
+    for name, start, end, inode in files:
+        elf = opener(perf_data.Mapping(pid, start, end, 0, name, inode))
+        if elf is None or not elf.is_go:
+            return False
+    return True
+
+
+# --- runtimes ---------------------------------------------------------------------------------
+
+def python_version(target: common.Process) -> tuple[int, int] | None:
+    """The Python version a process runs (from its executable's or libpython's name)."""
+    names = [target.exe or "", *(target.cmdline[:1]), target.comm]
+    maps = common.read_text(f"/proc/{target.pid}/maps") or ""
+    names += re.findall(r"libpython(\d+\.\d+)", maps)
+    for name in names:
+        match = re.search(r"python(\d+)\.(\d+)", os.path.basename(name)) or re.fullmatch(
+            r"(\d+)\.(\d+)", name)
+        if match:
+            return int(match.group(1)), int(match.group(2))
+    if re.search(r"python", " ".join(names[:3])):
+        return None
+    return None
+
+
+def detect_runtime(target: common.Process) -> str:
+    runtime = target.runtime
+    if runtime == "python":
+        version = python_version(target)
+        return f"python{version[0]}.{version[1]}" if version else "python"
+    if runtime:
+        return runtime
+    maps = common.read_text(f"/proc/{target.pid}/maps") or ""
+    if re.search(r"libpython\d", maps):
+        return "python"
+    if "libjvm.so" in maps:
+        return "java"
+    if "libcoreclr.so" in maps:
+        return "dotnet"
+    return "native"
+
+
+def choose_technique(options: Options, runtime: str) -> str:
+    if options.technique != "auto":
+        return options.technique
+    if runtime.startswith("python"):
+        version = python_version(options.target)
+        has_map = common.find_perf_map(options.target.pid) is not None
+        if (version is None or version < (3, 12) or not has_map) and shutil.which("py-spy"):
+            return "py-spy"
+    return "perf"
+
+
+# --- perf -------------------------------------------------------------------------------------
+
+def perf_command(perf: str, options: Options, access: Access, data: str,
+                 frame_pointers: bool) -> list[str]:
+    modifier = ":u" if access.user_only else ""
+    stack = OFFCPU_STACK if options.type == "offcpu" else DWARF_STACK
+    callgraph = ["-g"] if frame_pointers else ["--call-graph", f"dwarf,{stack}"]
+    events: list[str] = []
+    if options.type in ("cpu", "wall"):
+        events += ["-e", f"cpu-clock/freq={options.frequency}/{modifier}"]
+    if options.type in ("offcpu", "wall"):
+        # Every switch-out of the app's threads, with its stack; --switch-events adds the
+        # switch-in times (how long each wait lasted). Software events: no tracefs needed.
+        events += ["-e", "context-switches/period=1/", "--switch-events"]
+    return [perf, "record", "-q", *events, *callgraph, "--no-buildid", "--no-buildid-cache",
+            "-m", "8M", "-p", str(options.target.pid), "-o", data, "--",
+            "sleep", f"{options.seconds:g}"]
+
+
+def java_perf_map(target: common.Process) -> str | None:
+    """Have the JVM write /tmp/perf-PID.map (its JIT code's names) with jattach, as `jcmd PID
+    Compiler.perfmap` would (JDK >= 17); jattach finds the JVM's attach socket through its
+    mount namespace and user. None when done, else a warning."""
+    jattach = shutil.which("jattach")
+    if jattach is None:
+        return "jattach is not in this toolset image: Java's JIT frames are unnamed"
+    try:
+        result = subprocess.run([jattach, str(target.pid), "jcmd", "Compiler.perfmap"],
+                                capture_output=True, text=True, timeout=30, check=False,
+                                stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return "jattach did not get an answer from the JVM in 30 s: Java's JIT frames are unnamed"
+    if result.returncode != 0:
+        last = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+        return (f"jattach {target.pid} jcmd Compiler.perfmap failed "
+                f"({common.printable((last or ['?'])[-1])[:200]}): Java's JIT frames are unnamed")
+    return None
+
+
+def run_perf(options: Options, work: str) -> Run:
+    perf = shutil.which("perf")
+    if perf is None:
+        raise RecordingFailed("no-tool", "perf is not installed in this toolset image: use the "
+                                         "toolset or toolset-slim image")
+    target = options.target
+    access = perf_access(target)
+    if access.user_only and options.type != "cpu":
+        raise RecordingFailed(
+            "type-unsupported",
+            f"--type {options.type} needs context-switch events, which happen in the kernel: "
+            f"{access.why}; use --type cpu, or " + attached_hint())
+    opener = BinaryOpener(target.pid)
+    frame_pointers = options.type == "cpu" and frame_pointers_everywhere(target.pid, opener)
+    warnings = [access.note] if access.note else []
+    java = detect_runtime(target) == "java"
+    jattach_worked = False
+    if java:
+        # Before recording (the code compiled so far), and again after (what it compiled
+        # meanwhile): the JVM rewrites the whole map each time.
+        problem = java_perf_map(target)
+        jattach_worked = problem is None
+        if problem:
+            warnings.append(problem)
+    data = os.path.join(work, "perf.data")
+    command = perf_command(perf, options, access, data, frame_pointers)
+    options.progress(f"recording {options.seconds:g} s at {options.frequency} Hz "
+                     f"({options.type}): {' '.join(command)}")
+    recorder = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+    common.wait_with_progress(options.seconds, "recording", recorder)
+    _, stderr = recorder.communicate()
+    if recorder.returncode != 0 or not os.path.exists(data):
+        raise explain_perf_error(stderr, target)
+    started = time.monotonic()
+    if jattach_worked:
+        java_perf_map(target)
+    perf_map = read_perf_map(target.pid)
+    unsafe = common.unsafe_perf_map(target.pid)
+    if unsafe:
+        # Read without following links (open_perf_map): a planted link is simply not read.
+        warnings.append(f"ignored the app's perf map: {unsafe} (planted by the app?)")
+    folded, unwinder = unwind_file(data, target.pid, opener, perf_map, options)
+    # binary -> how its frames were unwound ("dwarf-cfi", "frame-pointer", or both joined by +)
+    methods = {dso.label: "+".join(sorted(dso.methods))
+               for dso in unwinder.dsos.values() if dso.methods}
+    warnings += opener.problems[:5]
+    lost = re.findall(r"(\d+) (?:samples|chunks|events) lost", stderr)
+    if lost:
+        warnings.append(f"perf lost {sum(int(n) for n in lost)} events (the app was busier "
+                        "than the buffer): counts are lower than the truth")
+    runtime_hint = "java" if java else target.runtime
+    if runtime_hint in common.JIT_HINTS and runtime_hint != "python" and perf_map is None:
+        warnings.append(f"{runtime_hint} JIT-compiles its code but no perf map was found: JIT "
+                        f"frames are unnamed. Start the app with "
+                        f"{common.JIT_HINTS[runtime_hint]}")
+    meta: dict[str, Any] = {
+        "technique": "perf",
+        "unwinding": methods,
+        "debug_symbols": sorted(set(opener.debug_files)),
+        "callgraph": "frame-pointer" if frame_pointers else f"dwarf ({DWARF_STACK} B stack "
+                                                            "copies, frame pointers where no CFI)",
+        "user_only": access.user_only,
+        "perf_map_entries": len(perf_map) if perf_map else 0,
+        "unwind_seconds": round(time.monotonic() - started, 3),
+        "tools": {"perf": tool_version([perf, "version"])},
+    }
+    return Run(folded, meta, warnings)
+
+
+def unwind_file(path: str, pid: int, opener: BinaryOpener,
+                perf_map: stacks_unwind.PerfMap | None,
+                options: Options) -> tuple[stacks_unwind.Folded, stacks_unwind.Unwinder]:
+    try:
+        parsed = perf_data.read(path, PERF_DATA_LIMIT)
+    except (OSError, perf_data.PerfDataError) as error:
+        raise RecordingFailed("tool-failed", f"cannot read perf's data: {error}") from error
+    records = list(parsed.records())
+    mappings = [r for r in records if isinstance(r, perf_data.Mapping)]
+    samples = [r for r in records if isinstance(r, perf_data.Sample)]
+    unwinder = stacks_unwind.Unwinder(mappings, opener, perf_map,
+                                      kallsyms() if any(s.kernel for s in samples) else None)
+    folded = stacks_unwind.Folded()
+    cpu_samples = [s for s in samples if s.attr.type == 1 and s.attr.config == 0]  # cpu-clock
+    switches = [s for s in samples if s.attr.type == 1 and s.attr.config == 3]
+    period_us = max(1, round(1_000_000 / options.frequency))
+    for sample in cpu_samples:
+        frames = unwinder.unwind(sample)
+        if options.type == "wall":
+            frames.append(stacks_unwind.Frame("[on CPU]", None))  # the root: one tower each
+        folded.add(frames, period_us if options.type == "wall" else 1, 1)
+    if switches:
+        waits = off_cpu_waits(records)
+        for sample in switches:
+            wait = waits.get((sample.tid, sample.time))
+            if wait is None or wait[0] <= 0:
+                continue
+            frames = unwinder.unwind(sample)
+            state = "[off CPU: preempted, waiting for a CPU]" if wait[1] else "[off CPU: blocked]"
+            frames.append(stacks_unwind.Frame(state, None))
+            folded.add(frames, max(1, wait[0] // 1000), 1)
+    return folded, unwinder
+
+
+def off_cpu_waits(records: list[perf_data.Record]) -> dict[tuple[int, int], tuple[int, bool]]:
+    """(tid, switch-out sample time) -> (nanoseconds until the thread ran again, preempted).
+    The sample comes just before the SWITCH-out record of the same thread."""
+    waits: dict[tuple[int, int], tuple[int, bool]] = {}
+    pending: dict[int, tuple[int, bool]] = {}
+    last_sample: dict[int, int] = {}
+    for record in records:
+        if isinstance(record, perf_data.Sample) and record.attr.config == 3:
+            last_sample[record.tid] = record.time
+        elif isinstance(record, perf_data.Switch):
+            if record.out:
+                if record.tid in last_sample:
+                    pending[record.tid] = (last_sample.pop(record.tid), record.preempt)
+            elif record.tid in pending:
+                sampled, preempt = pending.pop(record.tid)
+                waits[(record.tid, sampled)] = (record.time - sampled, preempt)
+    return waits
+
+
+# --- py-spy -----------------------------------------------------------------------------------
+
+PYSPY_FRAME = re.compile(r"^(?P<name>.*?) \((?P<file>[^()]*)\)$")
+
+
+def run_pyspy(options: Options, work: str) -> Run:
+    pyspy = shutil.which("py-spy")
+    if pyspy is None:
+        raise RecordingFailed("no-tool", "py-spy is not in this toolset image (Python < 3.12 "
+                                         "needs it): use the full toolset image")
+    target = options.target
+    caps = common.capabilities()
+    if target.uid != os.geteuid() and "SYS_PTRACE" not in caps:
+        raise RecordingFailed(
+            "ptrace",
+            f"the app (PID {target.pid}) runs as uid {target.uid} and this toolset as uid "
+            f"{os.geteuid()} without CAP_SYS_PTRACE, which py-spy needs to read its memory: "
+            + attached_hint())
+    if options.type == "offcpu":
+        raise RecordingFailed(
+            "type-unsupported",
+            "off-CPU stacks of Python < 3.12 are not available (py-spy samples stacks, it "
+            "does not see waits): use --type wall (py-spy --idle: where time goes, waiting "
+            "included) or Python >= 3.12 with PYTHONPERFSUPPORT=1")
+    out = os.path.join(work, "py-spy.folded")
+    command = [pyspy, "record", "--pid", str(target.pid), "--duration",
+               str(max(1, round(options.seconds))), "--rate", str(options.frequency),
+               "--format", "raw", "--output", out, "--native", "--nonblocking"]
+    if options.type == "wall":
+        command.append("--idle")
+    # --native needs the process paused per sample; --nonblocking does not allow it.
+    command.remove("--nonblocking")
+    options.progress(f"recording {options.seconds:g} s at {options.frequency} Hz "
+                     f"({options.type}): {' '.join(command)}")
+    recorder = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    common.wait_with_progress(options.seconds, "recording", recorder)
+    output, _ = recorder.communicate()
+    if recorder.returncode != 0 or not os.path.exists(out):
+        last = [line for line in output.strip().splitlines() if line.strip()][-1:] or ["?"]
+        if "ermission" in output:
+            raise RecordingFailed("ptrace", "py-spy may not read the app's memory "
+                                            f"({common.printable(last[0])}): " + attached_hint())
+        raise RecordingFailed("tool-failed", f"py-spy failed: {common.printable(last[0])}")
+    folded = stacks_unwind.Folded()
+    with open(out, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            stack, _, count = line.rstrip("\n").rpartition(" ")
+            if not stack or not count.isdigit():
+                continue
+            frames = [pyspy_frame(name) for name in stack.split(";")]
+            frames.reverse()  # leaf first, as the unwinder's
+            folded.add(frames, int(count))
+    meta: dict[str, Any] = {
+        "technique": "py-spy",
+        "unwinding": {"python": "py-spy (the interpreter's frame objects)",
+                      "native": "py-spy --native (dwarf-cfi)"},
+        "callgraph": "py-spy --native",
+        "tools": {"py-spy": tool_version([pyspy, "--version"])},
+    }
+    return Run(folded, meta, [])
+
+
+def pyspy_frame(text: str) -> stacks_unwind.Frame:
+    """py-spy's `function (file.py:line)`: named unless py-spy says it does not know."""
+    name = stacks_unwind.clean_name(text)
+    unnamed = text.startswith("0x") or "unknown" in text.split(" (")[0].lower()
+    return stacks_unwind.Frame(name, not unnamed)
+
+
+# --- the entry point --------------------------------------------------------------------------
+
+def tool_version(command: list[str]) -> str:
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=10,
+                                check=False, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    return (result.stdout.strip().splitlines() or ["?"])[0][:80]
+
+
+def record_run(options: Options, work: str) -> Run:
+    """Record, unwind and fold; write WORK/stacks.folded and WORK/meta.json. Raises
+    RecordingFailed (after writing meta.json with the error) when it cannot."""
+    started = time.time()
+    meta: dict[str, Any] = {"type": options.type, "seconds": options.seconds,
+                            "frequency": options.frequency, "pid": options.target.pid,
+                            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))}
+    try:
+        if options.type not in TYPES:
+            raise RecordingFailed("type-unsupported",
+                                  f"--type {options.type}: choose one of {', '.join(TYPES)}")
+        runtime = detect_runtime(options.target)
+        meta["runtime"] = runtime
+        technique = choose_technique(options, runtime)
+        run = run_pyspy(options, work) if technique == "py-spy" else run_perf(options, work)
+        if not run.folded.samples:
+            raise RecordingFailed(
+                "no-samples",
+                f"no samples of PID {options.target.pid} in {options.seconds:g} s"
+                + (": was it on CPU? (--type wall or offcpu shows waiting)"
+                   if options.type == "cpu" else ""))
+    except RecordingFailed as failure:
+        meta.update(failure.as_meta())
+        write_json(os.path.join(work, "meta.json"), meta)
+        raise
+    folded = run.folded
+    meta.update(run.meta)
+    meta.update({
+        "samples": folded.samples if options.type == "cpu" else folded.events,
+        "unit": "samples" if options.type == "cpu" else "microseconds",
+        "weight": folded.samples,
+        "named_share": round(folded.named_share, 4),
+        "frames": folded.frames,
+        "mean_depth": round(folded.mean_depth, 1),
+        "max_depth": folded.max_depth,
+        "stopped_share": round(folded.stopped / folded.samples, 4) if folded.samples else 0,
+        "warnings": run.warnings,
+        "duration": round(time.time() - started, 3),
+    })
+    with open(os.path.join(work, "stacks.folded"), "w", encoding="utf-8") as handle:
+        handle.write(folded.text())
+    write_json(os.path.join(work, "meta.json"), meta)
+    return Run(folded, meta, run.warnings)
+
+
+def write_json(path: str, value: dict[str, Any]) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(value, handle, indent=2, sort_keys=True)
+        handle.write("\n")

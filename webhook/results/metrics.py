@@ -1,0 +1,63 @@
+"""The results service's Prometheus metrics (a registry of its own, served on its metrics port
+by webhook.controller.metrics.serve: one process, one writer).
+
+Runs by technique and outcome with the reason; bytes stored; the schedule problems it refused
+plans for; the requests it answered (agents' and readers'), by route and status code. The
+exporters (webhook.results.export, when configured) add their own by sink and outcome."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+RUNS = Counter(
+    "sidecar_debug_results_runs",
+    "Scheduled runs by technique and outcome (planned, stored, failed, expired, deferred, "
+    "refused) and reason (the agent's exit reason, busy-namespace, technique-unavailable, "
+    "policy, ...).",
+    ["technique", "outcome", "reason"],
+    registry=REGISTRY,
+)
+STORED_BYTES = Counter(
+    "sidecar_debug_results_stored_bytes",
+    "Bytes of folded stacks stored (runs pushed by toolsets).",
+    registry=REGISTRY,
+)
+STORE_BYTES = Gauge(
+    "sidecar_debug_results_store_bytes",
+    "Bytes the stored runs take on the results volume (after the last retention pass).",
+    registry=REGISTRY,
+)
+STORE_RUNS = Gauge(
+    "sidecar_debug_results_store_runs",
+    "Runs on the results volume (after the last retention pass).",
+    registry=REGISTRY,
+)
+SCHEDULE_PROBLEMS = Counter(
+    "sidecar_debug_results_schedule_problems",
+    "Schedule problems met while planning (each counted once per object, reason and detail), "
+    "by reason.",
+    ["reason"],
+    registry=REGISTRY,
+)
+REQUESTS = Counter(
+    "sidecar_debug_results_requests",
+    "Requests answered, by route (index, run, download, diff, api, plan, push, static, "
+    "other) and status code.",
+    ["route", "code"],
+    registry=REGISTRY,
+)
+REQUEST_SECONDS = Histogram(
+    "sidecar_debug_results_request_duration_seconds",
+    "Time to answer a request, by route.",
+    ["route"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+    registry=REGISTRY,
+)
+MIRROR_SYNCS = Counter(
+    "sidecar_debug_results_watch_restarts",
+    "Times the watch of pods or namespaces was (re)started from a full list, by resource.",
+    ["resource"],
+    registry=REGISTRY,
+)

@@ -1,0 +1,184 @@
+"""Pods and namespaces as the API has them, kept by list + watch (an informer without the
+framework): the results service plans from these, so a toolset's plan request costs no API
+call, and every answer comes from one consistent view.
+
+Each object is kept slim (what planning reads: names, labels, our annotations, the service
+account, containers' names, images, env and mounts, the phase). A watch that ends is resumed
+from the last resourceVersion; one that is too old (410 Gone) or fails starts again from a full
+list. `ready` is set after the first list of both.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from webhook import constants
+from webhook.results import metrics
+
+log = logging.getLogger(__name__)
+
+WATCH_SECONDS = 300  # the apiserver ends a watch after this; it is resumed at once
+RETRY_SECONDS = 5.0
+_KEPT_ANNOTATIONS = (constants.ANNOTATION_SCHEDULE, constants.ANNOTATION_STATUS)
+
+
+def _slim_container(container: Any) -> dict[str, Any] | None:
+    if not isinstance(container, dict):
+        return None
+    return {key: container[key] for key in ("name", "image", "env", "volumeMounts")
+            if key in container}
+
+
+def slim(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What planning needs of a pod or namespace. A pod the webhook wired for results (its
+    label) keeps its whole spec: the guard's verification of its toolset compares every field;
+    other pods cannot push and keep names, labels and phase."""
+    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    assert isinstance(metadata, dict)  # noqa: S101 - for the type checker
+    annotations = metadata.get("annotations")
+    kept: dict[str, Any] = {
+        key: metadata[key] for key in ("name", "namespace", "uid", "labels",
+                                       "deletionTimestamp", "resourceVersion") if key in metadata}
+    if isinstance(annotations, dict):
+        kept["annotations"] = {k: v for k, v in annotations.items() if k in _KEPT_ANNOTATIONS}
+    result: dict[str, Any] = {"metadata": kept}
+    spec = obj.get("spec")
+    labels = metadata.get("labels")
+    wired = isinstance(labels, dict) and labels.get(constants.LABEL_RESULTS_AGENT) == \
+        constants.LABEL_RESULTS_AGENT_VALUE
+    if wired and isinstance(spec, dict):
+        result["spec"] = dict(spec)
+    elif isinstance(spec, dict) and "containers" in spec:
+        result["spec"] = {
+            "serviceAccountName": spec.get("serviceAccountName"),
+            **{kind: [c for c in map(_slim_container, spec.get(kind) or []) if c]
+               for kind in ("containers", "initContainers") if isinstance(spec.get(kind), list)},
+        }
+    status = obj.get("status")
+    if isinstance(status, dict) and "phase" in status:
+        result["status"] = {"phase": status.get("phase")}
+    return result
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    metadata = obj.get("metadata") or {}
+    return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+
+
+class Mirror:
+    """One resource kind (pods or namespaces), cluster-wide."""
+
+    def __init__(self, resource: str, lister: Callable[..., Any]) -> None:
+        """`lister(**kwargs)` is the client's list call (list_pod_for_all_namespaces or
+        list_namespace), used both to list and, with watch=True, to watch."""
+        self.resource = resource
+        self.lister = lister
+        self.lock = threading.Lock()
+        self.items: dict[tuple[str, str], dict[str, Any]] = {}
+        self.ready = threading.Event()
+        self.stopped = threading.Event()
+        self.version = ""
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self.lock:
+            return self.items.get((namespace, name))
+
+    def in_namespace(self, namespace: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return [obj for (ns, _), obj in self.items.items() if ns == namespace]
+
+    def all(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return list(self.items.values())
+
+    # --- keeping it ---------------------------------------------------------------------------
+
+    def _list(self) -> None:
+        answer = self.lister(_preload_content=False)
+        data = answer.data if hasattr(answer, "data") else answer.read()
+        document = json.loads(data)
+        items = {}
+        for obj in document.get("items") or []:
+            if isinstance(obj, dict):
+                items[_key(obj)] = slim(obj)
+        with self.lock:
+            self.items = items
+            self.version = str((document.get("metadata") or {}).get("resourceVersion") or "")
+        metrics.MIRROR_SYNCS.labels(resource=self.resource).inc()
+        self.ready.set()
+
+    def _apply(self, event: Mapping[str, Any]) -> bool:
+        """One watch event; False when the watch must start again from a list."""
+        kind = event.get("type")
+        obj = event.get("raw_object") or event.get("object")
+        if not isinstance(obj, dict):
+            return True
+        if kind == "ERROR":
+            log.info("watch of %s ended: %s", self.resource, obj.get("message") or obj)
+            return False
+        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        with self.lock:
+            if kind in ("ADDED", "MODIFIED"):
+                self.items[_key(obj)] = slim(obj)
+            elif kind == "DELETED":
+                self.items.pop(_key(obj), None)
+            if version:
+                self.version = version
+        return True
+
+    def _watch(self) -> bool:
+        from kubernetes import watch
+
+        # A wrapper without a return type: the watch hands back plain dicts (no models).
+        def stream(**kwargs: Any) -> Any:
+            return self.lister(**kwargs)
+
+        watcher: Any = watch.Watch()  # type: ignore[no-untyped-call]  # the client is untyped
+        for event in watcher.stream(stream, resource_version=self.version,
+                                    timeout_seconds=WATCH_SECONDS,
+                                    allow_watch_bookmarks=True):
+            if self.stopped.is_set():
+                watcher.stop()
+                return True
+            if isinstance(event, dict) and not self._apply(event):
+                watcher.stop()
+                return False
+        return True
+
+    def run(self) -> None:
+        relist = True
+        while not self.stopped.is_set():
+            try:
+                if relist:
+                    self._list()
+                relist = not self._watch()
+            except Exception as error:  # noqa: BLE001 - API down, 410, TLS: list again later
+                log.warning("watching %s failed (%s: %s); listing again in %g s", self.resource,
+                            type(error).__name__, str(error)[:300], RETRY_SECONDS)
+                relist = True
+                self.stopped.wait(RETRY_SECONDS)
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.run, name=f"watch-{self.resource}", daemon=True)
+        thread.start()
+        return thread
+
+    def wait_ready(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        return self.ready.wait(max(0.0, deadline - time.monotonic()))
+
+
+def cluster_mirrors(api_client: Any) -> tuple[Mirror, Mirror]:
+    """(pods, namespaces) over a kubernetes.client.ApiClient."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    return (Mirror("pods", core.list_pod_for_all_namespaces),
+            Mirror("namespaces", core.list_namespace))

@@ -1,0 +1,242 @@
+"""The results service's schedule state: which recordings were handed to which pod, and which
+are in flight (the service is the one writer, so this memory is the truth; it is kept on the
+results volume too, RESULTS/.schedules/state.json, so that a restart neither repeats nor
+forgets a run).
+
+`plan(pod, namespace, namespace_pods, now)` answers a toolset's "what do I record now?": the
+schedules that pick this pod (webhook.schedules.plan, computed from the objects the service
+watches, never from what the toolset says), each checked against the pod's granted profile and
+the policy rule covering it, due this minute (or within the starting deadline) and not yet
+handed to this pod, within the fair share: at most `max_concurrent` runs in flight per
+namespace. Each recording handed out is a ticket; the toolset pushes its run (or its failure)
+with the ticket, and only the pod the ticket was issued to may. A ticket not answered within
+the recording's duration plus TICKET_MARGIN expires and frees its slot.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import tempfile
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from webhook.config import Settings
+from webhook.results import metrics
+from webhook.schedules import plan as plans
+from webhook.schedules.plan import Book, Problem, RuleSource
+
+log = logging.getLogger(__name__)
+
+TICKET_MARGIN = timedelta(minutes=2)
+STATE_DIR = ".schedules"
+STATE_FILE = "state.json"
+FORGET_AFTER = timedelta(days=2)  # state of a (schedule, pod) not seen for this long goes
+MAX_REPORTED = 10_000
+
+
+class PlanError(Exception):
+    """A push the service refuses; `status` is the HTTP answer."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Ticket:
+    id: str
+    namespace: str
+    pod: str
+    uid: str
+    schedule: str
+    technique: str
+    duration: int
+    frequency: int
+    due: datetime
+    cron: str
+    issued: datetime
+    expires: datetime
+
+    def to_plan(self) -> dict[str, Any]:
+        """What the agent is told (toolset/bin/results-agent reads these keys)."""
+        return {"ticket": self.id, "schedule": self.schedule, "technique": self.technique,
+                "seconds": self.duration, "frequency": self.frequency,
+                "due": self.due.isoformat(), "expires": self.expires.isoformat()}
+
+
+def _minute(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+class Planner:
+    def __init__(self, settings: Settings, rules: RuleSource, results_dir: Path | None, *,
+                 max_concurrent: int = 2, book: Book | None = None) -> None:
+        self.settings = settings
+        self.rules = rules
+        self.max_concurrent = max_concurrent
+        self.book = book or Book()
+        self.path = results_dir / STATE_DIR / STATE_FILE if results_dir is not None else None
+        self.lock = threading.Lock()
+        self.last: dict[tuple[str, str], datetime] = {}  # (schedule key, pod uid) -> minute
+        self.seen: dict[tuple[str, str], datetime] = {}
+        self.tickets: dict[str, Ticket] = {}
+        self.reported: set[tuple[str, str, str]] = set()
+        self.deferred: set[tuple[str, str, datetime]] = set()
+        self._load()
+
+    # --- state on the volume ----------------------------------------------------------------
+
+    def _load(self) -> None:
+        if self.path is None:
+            return
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        entries = data.get("last") if isinstance(data, dict) else None
+        for key, value in (entries.items() if isinstance(entries, dict) else ()):
+            schedule, _, uid = str(key).rpartition("|")
+            try:
+                moment = datetime.fromisoformat(str(value)).astimezone(UTC)
+            except ValueError:
+                continue
+            self.last[(schedule, uid)] = moment
+            self.seen[(schedule, uid)] = moment
+
+    def _save(self, now: datetime) -> None:
+        for key in [k for k, seen in self.seen.items() if now - seen > FORGET_AFTER]:
+            self.seen.pop(key, None)
+            self.last.pop(key, None)
+        if self.path is None:
+            return
+        data = {"last": {f"{schedule}|{uid}": moment.isoformat()
+                         for (schedule, uid), moment in sorted(self.last.items())}}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=".state-")
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                json.dump(data, out, indent=1)
+            os.replace(temporary, self.path)
+        except OSError as error:
+            log.error("cannot save the schedules' state to %s: %s", self.path, error)
+
+    # --- problems: counted and logged once --------------------------------------------------
+
+    def _report(self, problem: Problem, technique: str = "") -> None:
+        key = (problem.uid, problem.reason, problem.detail)
+        if key in self.reported:
+            return
+        if len(self.reported) >= MAX_REPORTED:
+            self.reported.clear()
+        self.reported.add(key)
+        metrics.SCHEDULE_PROBLEMS.labels(reason=problem.reason).inc()
+        if technique:
+            metrics.RUNS.labels(technique=technique, outcome="refused",
+                                reason=problem.reason).inc()
+        where = problem.name if problem.kind == "Namespace" else \
+            f"{problem.namespace}/{problem.name}"
+        log.warning("%s %s: %s", problem.kind.lower(), where, problem.message)
+
+    # --- tickets -------------------------------------------------------------------------------
+
+    def _expire(self, now: datetime) -> None:
+        for ticket in [t for t in self.tickets.values() if t.expires <= now]:
+            del self.tickets[ticket.id]
+            metrics.RUNS.labels(technique=ticket.technique, outcome="expired",
+                                reason="no-push").inc()
+            log.warning("schedule %s: %s/%s did not push its run for %s before %s", ticket.schedule,
+                        ticket.namespace, ticket.pod, ticket.due.isoformat(),
+                        ticket.expires.isoformat())
+
+    def in_flight(self, namespace: str) -> int:
+        return sum(1 for t in self.tickets.values() if t.namespace == namespace)
+
+    def plan(self, pod: Mapping[str, Any], namespace: Mapping[str, Any] | None,
+             namespace_pods: Iterable[Mapping[str, Any]], now: datetime) -> list[Ticket]:
+        """The recordings this pod should start now (each a ticket it pushes its run with)."""
+        now = now.astimezone(UTC)
+        uid = plans.uid_of(pod)
+        issued: list[Ticket] = []
+        with self.lock:
+            self._expire(now)
+            schedules, problems = plans.applicable(pod, namespace, namespace_pods, self.book,
+                                                   self.settings)
+            for problem in problems:
+                self._report(problem)
+            toolset = plans.toolset_of(pod, self.settings) if schedules else None
+            changed = False
+            for schedule in schedules:
+                key = (schedule.key, uid)
+                self.seen[key] = now
+                refused = plans.check(schedule, pod, toolset, self.rules)
+                if refused is not None:
+                    self._report(refused, schedule.technique)
+                    continue
+                last = self.last.get(key)
+                minute = plans.due_minute(schedule, now, last)
+                if last is None:
+                    # First seen: from now on. A matching minute now stays due until it is
+                    # handed out (the namespace may be busy at this very poll).
+                    self.last[key] = (minute - timedelta(minutes=1)) if minute \
+                        else _minute(now)
+                    changed = True
+                if minute is None:
+                    continue
+                if any(t.schedule == schedule.key and t.uid == uid
+                       for t in self.tickets.values()):
+                    continue  # still recording the previous run: not started again
+                if self.in_flight(schedule.namespace) >= self.max_concurrent:
+                    mark = (schedule.key, uid, minute)
+                    if mark not in self.deferred:
+                        self.deferred.add(mark)
+                        metrics.RUNS.labels(technique=schedule.technique, outcome="deferred",
+                                            reason="busy-namespace").inc()
+                        log.info("schedule %s: %s/%s waits: %d runs already in flight in "
+                                 "namespace %s (at most %d)", schedule.key,
+                                 plans.namespace_of(pod), plans.name_of(pod),
+                                 self.in_flight(schedule.namespace), schedule.namespace,
+                                 self.max_concurrent)
+                    continue  # asked again at the next poll, while within the deadline
+                ticket = Ticket(
+                    id=secrets.token_urlsafe(18), namespace=plans.namespace_of(pod),
+                    pod=plans.name_of(pod), uid=uid, schedule=schedule.key,
+                    technique=schedule.technique, duration=schedule.duration,
+                    frequency=schedule.frequency, due=minute, cron=schedule.cron.expression,
+                    issued=now, expires=now + timedelta(seconds=schedule.duration)
+                    + TICKET_MARGIN)
+                self.tickets[ticket.id] = ticket
+                self.last[key] = minute
+                changed = True
+                issued.append(ticket)
+                metrics.RUNS.labels(technique=ticket.technique, outcome="planned",
+                                    reason="").inc()
+                log.info("schedule %s due at %s: %s/%s records %s for %d s at %d Hz",
+                         ticket.schedule, minute.isoformat(), ticket.namespace, ticket.pod,
+                         ticket.technique, ticket.duration, ticket.frequency)
+            if len(self.deferred) > MAX_REPORTED:
+                self.deferred.clear()
+            if changed:
+                self._save(now)
+        return issued
+
+    def finish(self, ticket_id: str, namespace: str, pod: str, uid: str | None) -> Ticket:
+        """Take back a ticket from the pod it was issued to; PlanError otherwise."""
+        with self.lock:
+            ticket = self.tickets.get(ticket_id)
+            if ticket is None:
+                raise PlanError(409, "no such run in flight: the ticket is unknown, expired or "
+                                "already used (plans are at GET /agent/v1/plan)")
+            if (ticket.namespace, ticket.pod) != (namespace, pod) or (
+                    uid is not None and uid != ticket.uid):
+                raise PlanError(403, f"this run was planned for pod {ticket.namespace}/"
+                                f"{ticket.pod}, not for {namespace}/{pod}")
+            del self.tickets[ticket_id]
+            return ticket
