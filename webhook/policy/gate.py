@@ -732,21 +732,37 @@ class PolicyGate:
         if profile is None:
             return []
         try:
-            level = self.namespace_labels(namespace).get(constants.LABEL_POD_SECURITY_ENFORCE, "")
+            labels = self.namespace_labels(namespace)
         except ClusterAPIError as exc:
             log.debug("no Pod Security check for namespace %s: %s", namespace, exc)
             return []
+        found: list[str] = []
+        guarded = (labels.get(self.settings.label_key) == self.settings.label_enabled
+                   or constants.LABEL_GUARD in labels)
+        if profile.requires_grant and not guarded:
+            # Pod opt-in in a namespace the guard does not see: whatever Pod Security was
+            # relaxed to there for this sidecar, it is relaxed for every other pod too.
+            found.append(
+                f"namespace {namespace!r} is not guarded by sidecar-debug: if its Pod Security "
+                f"is relaxed for the privileged debug sidecar (profile {profile_name!r}), label "
+                f"it {constants.LABEL_GUARD}=baseline so that every other container stays "
+                "baseline (docs/policy.md, the guard)"
+            )
+        level = labels.get(constants.LABEL_POD_SECURITY_ENFORCE, "")
         violations = pod_security_violations(
             profile.security_context, [h.path for h in profile.host_paths], level
         )
-        if not violations:
-            return []
-        return [
-            f"namespace {namespace!r} enforces Pod Security {level!r}, which rejects the "
-            f"debug sidecar of profile {profile_name!r} ({', '.join(violations)}): the pod "
-            f"will be refused; label the namespace "
-            f"{constants.LABEL_POD_SECURITY_ENFORCE}=privileged or use an unprivileged profile"
-        ]
+        if violations:
+            found.append(
+                f"namespace {namespace!r} enforces Pod Security {level!r}, which rejects the "
+                f"debug sidecar of profile {profile_name!r} ({', '.join(violations)}): the pod "
+                f"will be refused; label the namespace "
+                f"{constants.LABEL_POD_SECURITY_ENFORCE}=privileged (with "
+                f"{self.settings.label_key}={self.settings.label_enabled} or "
+                f"{constants.LABEL_GUARD}=baseline, the guard holds every other container to "
+                "baseline) or use an unprivileged profile"
+            )
+        return found
 
     # -- the namespace-label gate -------------------------------------------------------------
 

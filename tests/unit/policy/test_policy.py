@@ -553,6 +553,21 @@ def test_pod_security_warning_for_privileged_result(settings: Settings) -> None:
     assert lttng.warnings == ()
 
 
+def test_a_privileged_sidecar_in_an_unguarded_namespace_is_warned_about(
+        settings: Settings) -> None:
+    """Pod opt-in where neither debug=enabled nor the guard label is set: the guard does not see
+    that namespace, so the webhook says to label it (issue 17)."""
+    cluster = FakeCluster()
+    cluster.grant_sa("dev", "app", "full")
+    result = make_gate(settings, cluster).evaluate(request(settings, "full"))
+    assert any("is not guarded by sidecar-debug" in w and "sidecar-debug.io/guard=baseline" in w
+               for w in result.warnings), result.warnings
+    for labels in ({"debug": "enabled"}, {"sidecar-debug.io/guard": "baseline"}):
+        cluster.labels["dev"] = labels
+        guarded = make_gate(settings, cluster).evaluate(request(settings, "full"))
+        assert not any("not guarded" in w for w in guarded.warnings)
+
+
 def _violations(profile: Profile, level: str) -> list[str]:
     return pod_security_violations(
         profile.security_context, [h.path for h in profile.host_paths], level
@@ -562,7 +577,7 @@ def _violations(profile: Profile, level: str) -> list[str]:
 def test_pod_security_levels() -> None:
     profiles = load_settings(environ={}).profiles
     assert _violations(profiles["full"], "privileged") == []
-    assert "privileged" in _violations(profiles["full"], "baseline")
+    assert "privileged container" in _violations(profiles["full"], "baseline")
     assert _violations(profiles["lttng"], "baseline") == []
     assert "runs as root" in _violations(profiles["lttng"], "restricted")
     assert any("capabilities" in v for v in _violations(profiles["perf"], "baseline"))

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.render.pagedata import page_data
 from webhook import constants
 from webhook.commands import cli
 from webhook.config import load_settings
@@ -450,14 +451,6 @@ class LocalToolset(sessions.Session):
             on_stdout(done.stdout)
         return sessions.ExecResult(done.returncode, done.stdout if keep_stdout else "",
                                    done.stderr)
-
-
-def page_data(html: str) -> Any:
-    import re
-
-    match = re.search(r'<script id="profile" type="application/json">(.*?)</script>', html, re.S)
-    assert match
-    return json.loads(match.group(1))
 
 
 @pytest.fixture
