@@ -34,6 +34,7 @@ from webhook.policy.model import duration_seconds
 from webhook.results import folded, metrics
 from webhook.results.auth import POD_HEADER, AgentIdentity, Authenticator, AuthError
 from webhook.results.bpftrace import collapse_bpftrace
+from webhook.results.export import Exporters
 from webhook.results.mirror import Mirror
 from webhook.results.planner import PlanError, Planner, Ticket
 from webhook.results.store import Store, StoreError
@@ -137,8 +138,10 @@ class Service:
 
     def __init__(self, root: Path, auth: Authenticator, planner: Planner, pods: Mirror,
                  namespaces: Mirror, retention: Retention,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 exporters: Exporters | None = None) -> None:
         self.store = Store(root)
+        self.exporters = exporters  # results.export: sent on after storing, never waited for
         self.auth = auth
         self.planner = planner
         self.pods = pods
@@ -222,6 +225,8 @@ class Service:
         metrics.RUNS.labels(technique=ticket.technique, outcome="stored", reason="").inc()
         metrics.STORED_BYTES.inc(size)
         log.info("schedule %s: stored %s (%d samples)", ticket.schedule, run.id, run.samples)
+        if self.exporters:
+            self.exporters.export(run)
         return {"run": run.id, "samples": run.samples}, 201
 
     def _stacks(self, body: Mapping[str, Any], ticket: Ticket) -> dict[folded.Stack, int]:

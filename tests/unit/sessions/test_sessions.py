@@ -241,6 +241,25 @@ def test_fetch_reads_small_files_without_writing_them(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.html"]
 
 
+def test_a_file_read_into_memory_is_size_capped(tmp_path: Path) -> None:
+    huge = b"x" * (sessions.READ_LIMIT + 1)
+    session = FakeSession(tar_of({"flamegraph.html": b"<html>", "summary.txt": huge}))
+    with pytest.raises(sessions.SessionError, match="'summary.txt' is larger than"):
+        session.fetch("/tmp/sidecar-debug/x", {"flamegraph.html": tmp_path / "f.html"},
+                      read=["summary.txt"])
+    assert not (tmp_path / "f.html").exists()
+
+
+def test_pod_text_for_the_terminal_has_no_control_sequences() -> None:
+    from webhook.sessions.copyback import terminal_text
+
+    shown = terminal_text(b"fib\t42\n\x1b]52;c;cGF5bG9hZA==\x07\xc2\x9b2J\rover\xff\n", 1000)
+    assert shown == "fib\t42\n\\x1b]52;c;cGF5bG9hZA==\\x07\\x9b2J\\rover\ufffd\n"
+    assert terminal_text("\u202egnp.exe\n".encode()) == "\\u202egnp.exe\n"  # RTL override
+    cut = terminal_text(b"a" * 100, 10)
+    assert cut.startswith("a" * 10 + "\n[... 90 more bytes")
+
+
 HOSTILE = [
     pytest.param(tar_of({**TRACE, "/etc/evil": b"x"}), "unsafe path", id="absolute"),
     pytest.param(tar_of({**TRACE, "../evil": b"x"}), "unsafe path", id="parent"),
