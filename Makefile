@@ -22,7 +22,7 @@ images: setup ## build the webhook, toolset and sample images with podman (cache
 	scripts/images.sh all
 
 lint: setup ## ruff, mypy --strict, chart files and chart README in sync
-	$(VENV)/ruff check webhook tests toolset/lib $(TOOLSET_PY)
+	$(VENV)/ruff check webhook tests bench toolset/lib $(TOOLSET_PY)
 	$(VENV)/mypy
 	scripts/sync-chart-files.sh --check
 	$(VENV)/python scripts/chart_readme.py --check

@@ -20,7 +20,7 @@ from bench.servers import ServerSpec
 from webhook.config import Settings
 
 SECTIONS = ("handler", "guard", "workers", "slow-clients", "scaling", "guard-core", "memory",
-            "e2e", "render", "flamegraph")
+            "e2e", "render", "flamegraph", "flamegraph-demo")
 WORKER_CONFIGS = (
     "sync:2,gthread:2x4,balanced:1x4,balanced:2x1,balanced:2x2,balanced:2x4,balanced:2x8,"
     "balanced:3x4,balanced:4x2"
@@ -195,6 +195,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
             results["flamegraph"] = flamegraph.flamegraph_speed(rounds=args.flamegraph_rounds,
                                                                 log=_log)
+            save()
+        if "flamegraph-demo" in sections:
+            from bench import flamegraph_demo
+
+            results["flamegraph-demo"] = flamegraph_demo.flamegraph_demo_speed(
+                rounds=args.flamegraph_rounds, log=_log)
             save()
         results["meta"]["stub_api_calls"] = stub_api.calls()
     results["json"] = str(save())

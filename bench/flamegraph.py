@@ -25,7 +25,8 @@ DIRECT = {
     "perf -g": "perf record -q -F {hz} -g -p {pid} -o /tmp/bench.data -- sleep {s} && "
                "perf script --no-inline -i /tmp/bench.data > /tmp/bench.txt 2>/dev/null",
     "perf dwarf": "perf record -q -F {hz} --call-graph dwarf -p {pid} -o /tmp/bench.data -- "
-                  "sleep {s} && perf script --no-inline -i /tmp/bench.data > /tmp/bench.txt 2>/dev/null",
+                  "sleep {s} && perf script --no-inline -i /tmp/bench.data "
+                  "> /tmp/bench.txt 2>/dev/null",
 }
 # Frame lines of `perf script`, all and unnamed, counted in the pod.
 COUNT_FRAMES = (r"grep -cE '^\s+[0-9a-f]+ ' /tmp/bench.txt; "

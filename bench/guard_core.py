@@ -74,23 +74,24 @@ def guard_cost(budget_s: float = 1.0, passes: int = 9) -> dict[str, Any]:
 
                 calls[(shape, level)] = call
                 results[(shape, level)] = call()
-        batches = {key: _batch(call, budget_s / passes) for key, call in calls.items()}
+        batches = {key: _batch(checker, budget_s / passes) for key, checker in calls.items()}
         samples: dict[tuple[str, str], list[float]] = {key: [] for key in calls}
         for _ in range(passes):
-            for key, call in calls.items():
-                samples[key].append(_cpu_ms(call, batches[key]))
+            for key, checker in calls.items():
+                samples[key].append(_cpu_ms(checker, batches[key]))
         rows = []
-        for (shape, level), call in calls.items():
-            result = results[(shape, level)]
+        for key, checker in calls.items():
+            shape, level_name = key
+            result = results[key]
             pod = injected(shape, settings)
             rows.append({
                 "shape": shape,
-                "level": level,
+                "level": level_name,
                 "containers": len(pod["spec"]["containers"]),
                 "volumes": len(pod["spec"]["volumes"]),
-                "ms": round(min(samples[(shape, level)]), 4),
-                "median_ms": round(statistics.median(samples[(shape, level)]), 4),
-                "python_calls": _calls(call),
+                "ms": round(min(samples[key]), 4),
+                "median_ms": round(statistics.median(samples[key]), 4),
+                "python_calls": _calls(checker),
                 "toolset_verified": [t.profile for t in result.toolsets] == ["full"],
                 "violations": len(result.violations),
             })

@@ -27,7 +27,7 @@ def synthetic_folded(stacks: int = 50_000, seed: int = 18) -> str:
     names = [f"LazyCompile:*handler{i} /app/src/module{i % 97}.js:{i % 400}" for i in range(3000)]
     names += ["[unknown]"] * 30
     seen: set[str] = set()
-    lines = []
+    lines: list[str] = []
     while len(lines) < stacks:
         frames, node = ["node", "node::Start", "uv_run"], 1
         for _ in range(rng.randint(5, 57)):

@@ -44,6 +44,7 @@ def _target(name: str, met: bool | None, value: str, goal: str) -> dict[str, Any
 
 def targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows = _flamegraph_targets(results.get("flamegraph") or {})
+    rows += _flamegraph_demo_targets(results.get("flamegraph-demo") or {})
     handler = results.get("handler")
     if handler:
         typical8 = next((c for c in handler["comparisons"]
@@ -150,14 +151,23 @@ def _flamegraph_targets(flame: Mapping[str, Any]) -> list[dict[str, Any]]:
     if not ours:
         return []
     return [
-        _target("flame graph: command to folded + meta beyond a 10 s recording",
-                ours["beyond_recording_s"] <= 2.0, f"{ours['beyond_recording_s']:.2f} s",
-                "<= 2 s"),
+        # Informative (no goal of its own): the part of the target below spent in the pod.
+        _target("flame graph: in the pod, command to folded + meta beyond a 10 s recording",
+                None, f"{ours['beyond_recording_s']:.2f} s", "-"),
         _target("flame graph: app throughput cost at 99 Hz", ours["overhead_percent"] < 3.0,
                 f"{ours['overhead_percent']:.1f} %", "< 3 %"),
         _target("flame graph: named frames (Node demo)", ours["named_share"] >= 0.95,
                 f"{100 * ours['named_share']:.1f} %", ">= 95 %"),
     ]
+
+
+def _flamegraph_demo_targets(demo: Mapping[str, Any]) -> list[dict[str, Any]]:
+    ours = demo.get("flamegraph")
+    if not ours:
+        return []
+    return [_target("flame graph: workstation command to HTML beyond a 10 s recording (demo pod)",
+                    ours["beyond_recording_s"] <= 3.0, f"{ours['beyond_recording_s']:.2f} s",
+                    "<= 3 s")]
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -283,6 +293,17 @@ def render(results: Mapping[str, Any]) -> str:
                    "side by side with perf run directly")
         out.append(_table(["tool", "beyond the recording", "app throughput cost", "named"],
                           flamegraph.table(flame)))
+    demo = results.get("flamegraph-demo")
+    if demo and "skipped" not in demo:
+        from bench import flamegraph_demo
+
+        out.append(f"\n7. Flame graph from the workstation on the demo pod {demo['pod']} "
+                   f"({demo['seconds']} s at {demo['frequency']} Hz, median of "
+                   f"{demo['rounds']} rounds; named frames {demo['named_share_percent']} %)")
+        out.append(_table(["command", "beyond the recording", "rounds (s)"],
+                          flamegraph_demo.rows(demo)))
+    elif demo:
+        out.append(f"\n7. Flame graph on the demo pod: skipped ({demo['skipped']})")
     rows = results.get("targets") or []
     if rows:
         out.append("\nTargets")

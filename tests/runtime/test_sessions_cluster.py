@@ -35,8 +35,20 @@ def namespace(full_cluster: Any, runtime_images: None) -> Iterator[str]:
         full_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
-def cli(cluster: Any, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([podman_pod.sidecar_debug(), *args, "--kubeconfig",
+@pytest.fixture(scope="module")
+def settings_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The settings `podman_pod.inject` injects with (defaults, the test's toolset image). The
+    commands verify a toolset against the installed settings; a release another test left in
+    the cluster has its own (imagePullPolicy: Never), so they are named explicitly."""
+    path = tmp_path_factory.mktemp("settings") / "config.yaml"
+    path.write_text(yaml.safe_dump({"toolsetImage": podman_pod.TOOLSET_IMAGE}))
+    return path
+
+
+def cli(cluster: Any, config: Path, *args: str,
+        timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([podman_pod.sidecar_debug(), *args, "--config", str(config),
+                           "--kubeconfig",
                            str(cluster.kubeconfig)], capture_output=True, text=True,
                           timeout=timeout)
 
@@ -62,13 +74,13 @@ def wait_for_log(cluster: Any, namespace: str, pod: str, container: str, text: s
 
 
 def test_flamegraph_through_the_kubernetes_api(full_cluster: Any, namespace: str,
-                                               tmp_path: Path) -> None:
+                                               settings_file: Path, tmp_path: Path) -> None:
     pod = podman_pod.sample_pod("node", "injected-node",
                                 annotations={"sidecar-debug.io/runtime": "node"})
     injected = podman_pod.inject(pod, "full", "node", podman_pod.TOOLSET_IMAGE)
     name = start(full_cluster, injected, namespace, '"rate"')
     output = tmp_path / "out.html"
-    result = cli(full_cluster, "flamegraph", name, "-n", namespace, "--seconds", "5",
+    result = cli(full_cluster, settings_file, "flamegraph", name, "-n", namespace, "--seconds", "5",
                  "-o", str(output))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "recording" in result.stderr  # progress while recording
@@ -78,7 +90,7 @@ def test_flamegraph_through_the_kubernetes_api(full_cluster: Any, namespace: str
     assert "fibonacci" in folded[0]  # the hottest stack
     assert "fibonacci" in result.stdout.splitlines()[1]
 
-    doctor = cli(full_cluster, "doctor", name, "-n", namespace, "--json")
+    doctor = cli(full_cluster, settings_file, "doctor", name, "-n", namespace, "--json")
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     report = json.loads(doctor.stdout)
     assert report["techniques"]["perf"]["works"]
@@ -86,7 +98,7 @@ def test_flamegraph_through_the_kubernetes_api(full_cluster: Any, namespace: str
 
 
 def test_trace_records_an_app_started_together_with_the_sidecar(
-    full_cluster: Any, namespace: str, tmp_path: Path,
+    full_cluster: Any, namespace: str, settings_file: Path, tmp_path: Path,
 ) -> None:
     """The kubelet runs the sidecar's postStart (`toolset-entrypoint --wait-ready`) before it
     starts the app, so the app finds the LTTng session daemon and registers: no restart."""
@@ -94,7 +106,7 @@ def test_trace_records_an_app_started_together_with_the_sidecar(
     injected = podman_pod.inject(pod, "lttng", "python", podman_pod.TOOLSET_IMAGE)
     name = start(full_cluster, injected, namespace, "tick")
     output = tmp_path / "trace"
-    result = cli(full_cluster, "trace", name, "-n", namespace, "--seconds", "3",
+    result = cli(full_cluster, settings_file, "trace", name, "-n", namespace, "--seconds", "3",
                  "-o", str(output))
     assert result.returncode == 0, result.stdout + result.stderr
     text = (output / "trace.txt").read_text()
@@ -105,7 +117,7 @@ def test_trace_records_an_app_started_together_with_the_sidecar(
         "containerStatuses"]
     assert all(status["restartCount"] == 0 for status in restarts)
 
-    doctor = cli(full_cluster, "doctor", name, "-n", namespace, "--json")
+    doctor = cli(full_cluster, settings_file, "doctor", name, "-n", namespace, "--json")
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     report = json.loads(doctor.stdout)
     assert report["techniques"]["lttng"]["works"]
@@ -113,6 +125,7 @@ def test_trace_records_an_app_started_together_with_the_sidecar(
 
 
 def test_attach_profiles_a_pod_created_before_opting_in(full_cluster: Any, namespace: str,
+                                                        settings_file: Path,
                                                         tmp_path: Path) -> None:
     # Not injected: a pod that was running before anyone labelled it. It runs as root, like
     # most apps: an ephemeral container on 1.20 cannot have a securityContext, and root
@@ -123,11 +136,11 @@ def test_attach_profiles_a_pod_created_before_opting_in(full_cluster: Any, names
     pod["spec"]["containers"][0]["imagePullPolicy"] = "IfNotPresent"
     name = start(full_cluster, pod, namespace, '"rate"')
 
-    before = cli(full_cluster, "flamegraph", name, "-n", namespace, "--seconds", "1")
+    before = cli(full_cluster, settings_file, "flamegraph", name, "-n", namespace, "--seconds", "1")
     assert before.returncode == 5, before.stderr  # no toolset container yet
     assert "attach" in before.stderr
 
-    attached = cli(full_cluster, "attach", name, "-n", namespace, "--image",
+    attached = cli(full_cluster, settings_file, "attach", name, "-n", namespace, "--image",
                    podman_pod.TOOLSET_IMAGE)
     assert attached.returncode == 0, attached.stdout + attached.stderr
     container = attached.stdout.splitlines()[0]
@@ -136,7 +149,7 @@ def test_attach_profiles_a_pod_created_before_opting_in(full_cluster: Any, names
     assert spec["ephemeralContainers"][0]["targetContainerName"] == "app"
 
     output = tmp_path / "attached.html"
-    result = cli(full_cluster, "flamegraph", name, "-n", namespace, "--seconds", "5",
+    result = cli(full_cluster, settings_file, "flamegraph", name, "-n", namespace, "--seconds", "5",
                  "-o", str(output))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "fibonacci" in output.read_text()
