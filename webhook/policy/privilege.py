@@ -9,7 +9,8 @@ and AppArmor other than RuntimeDefault/Localhost, SELinux types other than the c
 or any user/role, an unmasked /proc, Windows host processes, and whatever a container or the
 pod could add (host ports, probe hosts, host namespaces, sysctls). Nothing is declared: a
 profile cannot be marked "safe" by mistake, and what the guard exempts for a granted toolset is
-what the grant covers. The chart's copy (templates/_helpers.tpl `privilegedProfiles`) must
+what the grant covers. The ephemeral-container gate asks the same checks which profile covers
+a container (`beyond`). The chart's copy (templates/_helpers.tpl `privilegedProfiles`) must
 agree; tests/chart/test_chart_privilege.py compares the two.
 """
 
@@ -21,51 +22,43 @@ from typing import Any
 
 from webhook.guard import pss
 
-# The capabilities baseline lets a container add (the ephemeral-container gate reads them).
-BASELINE_CAPABILITIES = pss.BASELINE_CAPABILITIES
-
 # How a reason names each check, then the offending values ("capabilities BPF, SYS_ADMIN"), in
 # this order (the first four as the webhook has always listed them).
 _LABELS = {
     "privileged": "privileged container",
     "capabilities_baseline": "capabilities",
-    "capabilities_restricted": "capabilities",
     "hostPathVolumes": "hostPath",
-    "restrictedVolumes": "volume types",
     "seccompProfile_baseline": "seccomp",
-    "seccompProfile_restricted": "seccomp",
     "appArmorProfile": "AppArmor",
     "seLinuxOptions": "SELinux",
     "procMount": "procMount",
-    "procMount_restricted": "procMount",
     "windowsHostProcess": "Windows hostProcess",
     "hostPorts": "hostPort",
     "hostNamespaces": "host namespaces",
     "sysctls": "sysctls",
     "hostProbesAndHostLifecycle": "probe or lifecycle host",
-    "allowPrivilegeEscalation": "allowPrivilegeEscalation not false",
-    "runAsNonRoot": "runAsNonRoot not true",
-    "runAsUser": "runs as root",
     pss.MALFORMED: "invalid",
 }
 _ORDER = {check: index for index, check in enumerate(_LABELS)}
-_SORTED = frozenset({"capabilities_baseline", "capabilities_restricted"})
-_NO_VALUES = frozenset(
-    {"privileged", "windowsHostProcess", "allowPrivilegeEscalation", "runAsNonRoot", "runAsUser"}
-)
+_NO_VALUES = frozenset({"privileged", "windowsHostProcess"})
 CONTAINER = "toolset"
 
 
-def sidecar_pod(security_context: Mapping[str, Any], host_paths: Sequence[str]) -> dict[str, Any]:
+def sidecar_pod(
+    security_context: Mapping[str, Any],
+    host_paths: Sequence[str],
+    name: str = CONTAINER,
+    volume_names: Sequence[str] = (),
+) -> dict[str, Any]:
     """The part of the sidecar as built that Pod Security reads: its securityContext and the
-    profile's hostPath volumes, mounted read-only."""
-    names = [f"host-path-{i}" for i in range(len(host_paths))]
+    profile's hostPath volumes (named `volume_names`, else host-path-N), mounted read-only."""
+    names = list(volume_names) or [f"host-path-{i}" for i in range(len(host_paths))]
     return {
-        "metadata": {"name": CONTAINER},
+        "metadata": {"name": name},
         "spec": {
             "containers": [
                 {
-                    "name": CONTAINER,
+                    "name": name,
                     "image": CONTAINER,
                     "securityContext": security_context,
                     "volumeMounts": [
@@ -110,7 +103,11 @@ def reasons(violations: Sequence[pss.Violation]) -> tuple[str, ...]:
     return tuple(
         (
             _LABELS.get(check, check)
-            + (" " + ", ".join(sorted(values) if check in _SORTED else values) if values else "")
+            + (
+                " " + ", ".join(sorted(values) if check == "capabilities_baseline" else values)
+                if values
+                else ""
+            )
         ).strip()
         for check, values in sorted(found.items(), key=lambda item: _ORDER.get(item[0], 99))
     )
@@ -121,15 +118,52 @@ def privilege_reasons(
 ) -> tuple[str, ...]:
     """Why a toolset with this securityContext and these hostPath mounts needs an RBAC grant:
     what Pod Security `baseline` refuses in it. Empty when it stays within baseline."""
-    return reasons(pss.check_pod(sidecar_pod(security_context, host_paths), "baseline"))
+    return reasons(_baseline(security_context, host_paths))
 
 
-def pod_security_violations(
-    security_context: Mapping[str, Any], host_paths: Sequence[str], level: str
-) -> list[str]:
-    """What in a toolset with this securityContext and these hostPath mounts a Pod Security
-    `level` namespace would reject (nothing for `privileged`, an unknown or empty level)."""
+def _baseline(
+    security_context: Mapping[str, Any], host_paths: Sequence[str]
+) -> list[pss.Violation]:
+    return pss.check_pod(sidecar_pod(security_context, host_paths), "baseline")
+
+
+def beyond(
+    security_context: Mapping[str, Any],
+    host_paths: Sequence[str],
+    granted_context: Mapping[str, Any],
+    granted_paths: Sequence[str],
+) -> tuple[str, ...]:
+    """What a container with this securityContext and these hostPath mounts asks for beyond a
+    toolset with the granted ones (a profile's), by the same checks: each of its baseline
+    violations the granted toolset does not have too, same check and same value (`CAP_SYS_ADMIN`
+    is not `SYS_ADMIN`, `spc_t` is no seccomp setting). A privileged grant covers everything
+    a container can ask for: a privileged container is root on the node already."""
+    granted = _baseline(granted_context, granted_paths)
+    if any(v.check == "privileged" for v in granted):
+        return ()
+    held = {(v.check, _value(v)) for v in granted}
+    return reasons(
+        [v for v in _baseline(security_context, host_paths) if (v.check, _value(v)) not in held]
+    )
+
+
+def extent(security_context: Mapping[str, Any], host_paths: Sequence[str]) -> tuple[bool, int]:
+    """How much a grant of this toolset gives, for choosing the least of several: privileged
+    last, then by the number of fields beyond baseline."""
+    found = _baseline(security_context, host_paths)
+    return any(v.check == "privileged" for v in found), len(found)
+
+
+def pod_security_refusal(
+    security_context: Mapping[str, Any], host_paths: Mapping[str, str], level: str, container: str
+) -> str:
+    """Pod Security's own message when a namespace enforcing `level` would reject a toolset
+    container named `container` with this securityContext and these hostPath volumes (name:
+    path) mounted (`violates PodSecurity "restricted:latest": runAsUser=0 (...)`); empty when
+    it would not, and for `privileged`, an unknown or empty level."""
     chosen = next((known for known in pss.LEVELS if known == level), None)
     if chosen is None:
-        return []
-    return list(reasons(pss.check_pod(sidecar_pod(security_context, host_paths), chosen)))
+        return ""
+    pod = sidecar_pod(security_context, list(host_paths.values()), container, list(host_paths))
+    result = pss.evaluate(pod, chosen)
+    return "" if result.allowed else result.message()

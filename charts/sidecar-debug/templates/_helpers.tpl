@@ -388,6 +388,9 @@ problems come back as warnings (one per line) that NOTES.txt prints.
 {{- if and .Values.namespaceGate.enabled (not (and .Values.rbac.create .Values.rbac.namespaceOptInRole)) -}}
 {{- $warnings = append $warnings "namespaceGate.enabled without rbac.namespaceOptInRole: create the ClusterRole granting use on debugprofiles/namespace-opt-in yourself." -}}
 {{- end -}}
+{{- if and .Values.guard.enabled (not (and .Values.rbac.create .Values.rbac.namespaceGuardRole)) -}}
+{{- $warnings = append $warnings "guard.enabled without rbac.namespaceGuardRole: create the ClusterRole granting use on debugprofiles/namespace-guard yourself (who may change a namespace's guard label)." -}}
+{{- end -}}
 {{- join "\n" $warnings -}}
 {{- end -}}
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.unit.core_helpers import default_settings
 from webhook.guard import check, pss
-from webhook.policy.privilege import pod_security_violations, privilege_reasons, sidecar_pod
+from webhook.policy.privilege import pod_security_refusal, privilege_reasons, sidecar_pod
 from webhook.profiles import parse_profile_set
 
 
@@ -86,15 +86,25 @@ def test_the_rule_is_the_guards_exemption() -> None:
         assert (pss.check_pod(pod, "baseline") == []) == (not profile.requires_grant)
 
 
-def test_a_namespace_level_check_names_what_that_level_refuses() -> None:
+def test_a_namespace_level_check_says_what_pod_security_would_say() -> None:
+    """Issue 17: the namespace warning quotes Pod Security admission's own message (pss.py,
+    the one source of messages), naming the sidecar container, not short labels."""
     profiles = default_settings().profiles
     lttng, full = profiles["lttng"], profiles["full"]
-    assert pod_security_violations(lttng.security_context, [], "restricted") == [
-        "seccomp", "runAsNonRoot not true", "runs as root"]
-    assert pod_security_violations(full.security_context, ["/usr/src"], "privileged") == []
-    assert pod_security_violations(full.security_context, ["/usr/src"], "") == []
-    assert pod_security_violations(full.security_context, ["/usr/src"], "baseline") == [
-        "privileged container", "hostPath /usr/src"]
+    assert pod_security_refusal(lttng.security_context, {}, "restricted", "debug-toolset") == (
+        'violates PodSecurity "restricted:latest": runAsNonRoot != true (container '
+        '"debug-toolset" must not set securityContext.runAsNonRoot=false), runAsUser=0 '
+        '(container "debug-toolset" must not set runAsUser=0), seccompProfile (pod or container '
+        '"debug-toolset" must set securityContext.seccompProfile.type to "RuntimeDefault" or '
+        '"Localhost")')
+    usr_src = {"sidecar-debug-usr-src": "/usr/src"}
+    for level in ("privileged", "", "Baseline"):
+        assert pod_security_refusal(full.security_context, usr_src, level, "x") == ""
+    assert pod_security_refusal(full.security_context, usr_src, "baseline", "x") == (
+        'violates PodSecurity "baseline:latest": hostPath volumes (volume '
+        '"sidecar-debug-usr-src"), privileged (container "x" must not set '
+        "securityContext.privileged=true)")
+    assert pod_security_refusal(lttng.security_context, {}, "baseline", "x") == ""
 
 
 def test_an_unprivileged_profile_in_a_restricted_namespace_is_exempt_once_verified() -> None:

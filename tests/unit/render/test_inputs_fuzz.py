@@ -1,5 +1,6 @@
 """The renderer's readers take files people download from anywhere (folded stacks, speedscope
-JSON, pprof, gzip'd or not): fuzzed, only InputError escapes, with a one-line message."""
+JSON, pprof, gzip'd or not): fuzzed, only InputError escapes, with a one-line message. A pod's
+meta.json, whatever it holds, only annotates the page."""
 
 from __future__ import annotations
 
@@ -72,3 +73,22 @@ def test_speedscope_with_a_field_replaced(field: str, value: Any) -> None:
     else:
         document["profiles"][0][field] = value
     _check(json.dumps(document).encode())
+
+
+META_KEYS = st.sampled_from(["technique", "type", "seconds", "duration", "frequency",
+                             "samples", "namedShare", "runtime", "unwinding", "notes",
+                             "warnings", "summary", "started", "pod", "exitCode", "unit"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(META_KEYS, JSON, max_size=8))
+def test_a_pods_meta_json_only_annotates_the_page(meta: dict[str, Any]) -> None:
+    """meta.json comes from the pod's /tmp like stacks.folded: whatever its fields hold, the
+    page and the CLI summary are made (the stacks decide the graph)."""
+    from webhook import render
+    from webhook.render.inputs import read_meta
+
+    data = json.dumps(meta).encode()
+    profile = render.Profile(STACKS, meta=read_meta(data), title="t", name="n")
+    assert render.render(profile).html.startswith("<!doctype html>")
+    assert all("\n" not in line for line in render.summary(profile, hottest=3))
