@@ -3,8 +3,9 @@
 The metadata is a run's meta.json (written by the toolset's recording or by the results store),
 read as untrusted data: only known keys of the expected types become facts, every value is shown
 as text. The share of named frames comes from the recording when it says (`named_share`, a
-fraction 0..1); otherwise it is computed here from the frame names: `[unknown]`, `<unknown>`,
-`??` and bare addresses (`0x7f3a...`, `[libc.so.6+0x1d2f]`) are unnamed.
+fraction 0..1); otherwise it is computed here from the frame names: bracketed frames (the
+toolset's `[unknown]`, `[libuv.so.1.0.0]`, `[unwind stopped: ...]`), `<unknown>`, `??` and bare
+addresses (`0x7f3a...`) are unnamed.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from typing import Any, TypeGuard
 
 from webhook.results.folded import Stack
 
-_UNNAMED = re.compile(r"(?:\[unknown\]|<unknown>|\?\?|0x[0-9a-fA-F]+|[0-9a-fA-F]{8,16}"
-                      r"|\[[^\]]*\+0x[0-9a-fA-F]+\])(?:_\[[kwij]\])?")
+# The toolset's convention: what it cannot name it brackets ([unknown], [libuv.so.1.0.0],
+# [unwind stopped: ...], [vdso]); other tools write <unknown>, ?? or a bare address.
+_UNNAMED = re.compile(r"\[.*|<unknown>|\?\?|0x[0-9a-fA-F]+|[0-9a-fA-F]{8,16}", re.S)
 MAX_NOTES = 20
 _UNITS = {"count": "samples", "samples": "samples", "microseconds": "\u00b5s", "us": "\u00b5s",
           "\u00b5s": "\u00b5s", "nanoseconds": "ns", "ns": "ns", "bytes": "bytes"}

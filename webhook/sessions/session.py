@@ -436,11 +436,13 @@ def flamegraph(session: Session, *, seconds: float, frequency: int, pid: int | N
         session.remove_remote(out, container=container)
     profile = write_flamegraph(folded, contents.get("meta.json"), target, force=force,
                                title=f"{session.namespace}/{session.pod}")
-    # The toolset's summary names the process; without one, the hottest functions from here.
+    # The toolset's summary names the process (and, from toolsets that write meta.json, the
+    # named share); what it does not say, the renderer's summary adds.
     sidecar_summary = copyback.terminal_text(contents.get("summary.txt", b""))
     sys.stdout.write(sidecar_summary)
-    lines = render.summary(profile, hottest=0 if sidecar_summary else 10)
-    sys.stdout.write("".join(line + "\n" for line in lines))
+    if "named frames" not in sidecar_summary:
+        lines = render.summary(profile, hottest=0 if sidecar_summary else 10)
+        sys.stdout.write("".join(line + "\n" for line in lines))
     sys.stdout.write(f"flame graph:   {target}\nfolded stacks: {folded}\n")
     return EXIT_OK
 

@@ -112,6 +112,8 @@ def test_named_share_counts_sampled_frames() -> None:
     assert share.share == pytest.approx((15 - 3 - 3) / 15)
     assert named_share({}) is None
     assert named_share({("fib", "[unknown]_[k]"): 1}).share == 0.5  # type: ignore[union-attr]
+    toolset = {("node::Start", "[libuv.so.1.0.0]", "[unwind stopped: libfoo.so]", "fib"): 2}
+    assert named_share(toolset).share == 0.5  # type: ignore[union-attr]
 
 
 def test_named_share_from_the_recording_wins() -> None:

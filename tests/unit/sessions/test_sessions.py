@@ -491,6 +491,21 @@ def test_flamegraph_renders_the_run_here_with_the_recordings_named_share(
     assert list(remote_base.iterdir()) == []  # the recording is removed from the pod
 
 
+def test_flamegraph_does_not_repeat_the_toolsets_named_share(
+        tmp_path: Path, remote_base: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    summary = (b"hottest functions of PID 7 (node): node /app/app.js (cpu, self samples):\n"
+               b"   90.0%      90  fibonacci\n"
+               b"named frames: 90.0 % of 300 sampled frames; stacks 3.0 deep on average\n")
+    session = LocalToolset({"stacks.folded": FOLDED, "summary.txt": summary,
+                            "meta.json": b'{"named_share": 0.9}'})
+    target = tmp_path / "fg.html"
+    assert sessions.flamegraph(session, seconds=1, frequency=99, pid=None, name=None,
+                               output=target) == 0
+    out = capsys.readouterr().out
+    assert out.count("named frames") == 1 and out.startswith(summary.decode())
+    assert page_data(target.read_text())["named"] == {"share": 0.9, "source": "meta.json"}
+
+
 def test_flamegraph_passes_the_profile_type_through(tmp_path: Path, remote_base: Path) -> None:
     session = LocalToolset({"stacks.folded": FOLDED})
     assert sessions.flamegraph(session, seconds=1, frequency=99, pid=None, name=None,
