@@ -68,7 +68,7 @@ def local_volume(full_cluster: Cluster) -> Iterator[str]:
     apply(full_cluster, {"apiVersion": "v1", "kind": "PersistentVolume",
                          "metadata": {"name": name},
                          "spec": {"capacity": {"storage": "2Gi"}, "accessModes": ["ReadWriteOnce"],
-                                  "persistentVolumeReclaimPolicy": "Delete",
+                                  "persistentVolumeReclaimPolicy": "Retain",
                                   "storageClassName": "",
                                   "hostPath": {"path": str(path), "type": "Directory"}}})
     try:
