@@ -36,7 +36,7 @@ from webhook.results.auth import POD_HEADER, AgentIdentity, Authenticator, AuthE
 from webhook.results.bpftrace import collapse_bpftrace
 from webhook.results.mirror import Mirror
 from webhook.results.planner import PlanError, Planner, Ticket
-from webhook.results.store import Store, StoreError
+from webhook.results.store import Run, Store, StoreError
 from webhook.results.web import create_app
 from webhook.schedules import plan as plans
 
@@ -144,7 +144,10 @@ class Service:
 
     def __init__(self, root: Path, auth: Authenticator, planner: Planner, pods: Mirror,
                  namespaces: Mirror, retention: Retention,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 on_stored: Callable[[Run], None] | None = None) -> None:
+        """`on_stored(run)` is called after each run is stored (the exporters' hook: it must
+        return at once and never raise into the push; a failure is logged)."""
         self.store = Store(root)
         self.auth = auth
         self.planner = planner
@@ -152,6 +155,7 @@ class Service:
         self.namespaces = namespaces
         self.retention = retention
         self.clock = clock
+        self.on_stored = on_stored
         self.write_lock = threading.Lock()
         self.stopped = threading.Event()
 
@@ -230,6 +234,11 @@ class Service:
         metrics.RUNS.labels(technique=ticket.technique, outcome="stored", reason="").inc()
         metrics.STORED_BYTES.inc(size)
         log.info("schedule %s: stored %s (%d samples)", ticket.schedule, run.id, run.samples)
+        if self.on_stored is not None:
+            try:
+                self.on_stored(run)
+            except Exception as error:  # noqa: BLE001 - an export never fails a stored push
+                log.error("after storing %s: %s: %s", run.id, type(error).__name__, error)
         return {"run": run.id, "samples": run.samples}, 201
 
     def _stacks(self, body: Mapping[str, Any], ticket: Ticket) -> dict[folded.Stack, int]:
