@@ -146,10 +146,13 @@ def test_a_schedule_runs_with_the_charts_defaults_and_no_exec_right(
         full_cluster.kubectl("annotate", "namespace", poisoned,
                              f"sidecar-debug.io/schedule={POISON}")
         apply(full_cluster, node_pod("web-0", shop, "web", node_sample))
-        # Asks for perf; its service account holds no grant, so its sidecar is downgraded to
-        # lttng (the default policy), which cannot record perf.
+        # Asks for perf, created by a user who may edit the namespace but holds no grant (nor
+        # does the pod's service account): the default policy downgrades its sidecar to lttng,
+        # which cannot record perf.
+        full_cluster.kubectl("create", "rolebinding", "carol-edit", "-n", shop,
+                             "--clusterrole=edit", "--user=carol")
         apply(full_cluster, node_pod("web-lttng", shop, "web", node_sample,
-                                     {"sidecar-debug.io/profile": "perf"}))
+                                     {"sidecar-debug.io/profile": "perf"}), user="carol")
         apply(full_cluster, node_pod("victim", poisoned, "web", node_sample))
         for namespace, name in ((shop, "web-0"), (shop, "web-lttng"), (poisoned, "victim")):
             pod = wait_pod_running(full_cluster, namespace, name)
