@@ -172,7 +172,16 @@ def test_a_schedule_runs_with_the_charts_defaults_and_no_exec_right(
                 else []
             return runs or None
 
-        [run] = wait_until(stored, 300, "a scheduled run, pushed by the toolset", interval=3)
+        try:
+            [run] = wait_until(stored, 300, "a scheduled run, pushed by the toolset",
+                               interval=3)
+        except AssertionError:
+            for what in ([f"deployment/{chart_release}-results"], ["web-0", "-c", "debug-toolset"],
+                         [f"deployment/{chart_release}-controller"]):
+                namespace = shop if what[0] == "web-0" else RELEASE_NAMESPACE
+                logs = full_cluster.kubectl("logs", "-n", namespace, *what, check=False)
+                print(f"\n--- logs {' '.join(what)} ---\n{(logs.stdout + logs.stderr)[-6000:]}")
+            raise
         took = time.monotonic() - started
         print(f"\nannotation to stored run: {took:.0f} s; {run}")
         assert (run["pod"], run["technique"]) == ("web-0", "perf") and run["samples"] > 0
