@@ -115,7 +115,12 @@ class Opened:
 
 
 def events(cluster: Cluster, namespace: str, reason: str) -> list[dict[str, Any]]:
+    """Events of `reason` about objects in `namespace`, and about the Namespace itself (those
+    live in `default`, as the apiserver wants for cluster-scoped objects)."""
     items = cluster.kubectl_json("get", "events", "-n", namespace)["items"]
+    items += [e for e in cluster.kubectl_json("get", "events", "-n", "default")["items"]
+              if e["involvedObject"].get("kind") == "Namespace"
+              and e["involvedObject"].get("name") == namespace]
     return [e for e in items if e.get("reason") == reason]
 
 

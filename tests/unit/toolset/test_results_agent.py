@@ -62,3 +62,15 @@ def test_the_session_deadline_from_the_env(entrypoint: ModuleType, value: str,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(entrypoint.DEADLINE_ENV, value)
     assert entrypoint.session_deadline() == expected
+
+
+def test_the_recordings_files_are_read_capped_and_without_following_links(
+        agent: ModuleType, tmp_path: Path) -> None:
+    stacks = tmp_path / "stacks.folded"
+    stacks.write_text("main;fib 3\n")
+    assert agent._read_capped(str(stacks), 1024) == "main;fib 3\n"
+    with pytest.raises(agent.RecordingError, match="larger than 4 bytes"):
+        agent._read_capped(str(stacks), 4)
+    (tmp_path / "link").symlink_to(stacks)
+    with pytest.raises(OSError):
+        agent._read_capped(str(tmp_path / "link"), 1024)
