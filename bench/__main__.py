@@ -15,12 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench import handler, loadgen, report, scaling, servers, stub_api
+from bench import guard_core, handler, loadgen, report, scaling, servers, stub_api
 from bench.servers import ServerSpec
 from webhook.config import Settings
 
-SECTIONS = ("handler", "guard", "workers", "slow-clients", "scaling", "memory", "e2e",
-            "render", "flamegraph")
+SECTIONS = ("handler", "guard", "workers", "slow-clients", "scaling", "guard-core", "memory",
+            "e2e", "render", "flamegraph")
 WORKER_CONFIGS = (
     "sync:2,gthread:2x4,balanced:1x4,balanced:2x1,balanced:2x2,balanced:2x4,balanced:2x8,"
     "balanced:3x4,balanced:4x2"
@@ -167,6 +167,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if "scaling" in sections:
             results["scaling"] = scaling.scaling(budget_s=0.1 if args.quick else 1.0)
             _log(f"scaling fit: {results['scaling']['fit']}")
+            save()
+        if "guard-core" in sections:
+            results["guard_core"] = guard_core.guard_cost(budget_s=0.1 if args.quick else 1.0)
             save()
         if "memory" in sections:
             results["memory"] = handler.memory(

@@ -10,7 +10,6 @@ Needs podman and root (run it under the cluster lock: it plays a pod)."""
 from __future__ import annotations
 
 import json
-import re
 import statistics
 import time
 from collections.abc import Callable
@@ -20,14 +19,17 @@ from typing import Any
 from tests.runtime import podman_pod
 
 # perf run directly, as a user would without this project: record, then perf script (what
-# any flame graph tool reads). PID is the app's.
+# any flame graph tool reads). PID is the app's. --no-inline: perf's addr2line child dies on
+# Debian's libnode ("could not read first record") and takes perf script down with SIGPIPE.
 DIRECT = {
     "perf -g": "perf record -q -F {hz} -g -p {pid} -o /tmp/bench.data -- sleep {s} && "
-               "perf script -i /tmp/bench.data",
+               "perf script --no-inline -i /tmp/bench.data > /tmp/bench.txt 2>/dev/null",
     "perf dwarf": "perf record -q -F {hz} --call-graph dwarf -p {pid} -o /tmp/bench.data -- "
-                  "sleep {s} && perf script -i /tmp/bench.data",
+                  "sleep {s} && perf script --no-inline -i /tmp/bench.data > /tmp/bench.txt 2>/dev/null",
 }
-FRAME_LINE = re.compile(r"^\s+[0-9a-f]+ (.*) \(([^)]*)\)$")
+# Frame lines of `perf script`, all and unnamed, counted in the pod.
+COUNT_FRAMES = (r"grep -cE '^\s+[0-9a-f]+ ' /tmp/bench.txt; "
+                r"grep -cE '^\s+[0-9a-f]+ \[unknown\]' /tmp/bench.txt; rm -f /tmp/bench.*")
 
 
 def _rates(pod: podman_pod.PlayedPod, since: float, until: float) -> list[float]:
@@ -40,14 +42,10 @@ def _rates(pod: podman_pod.PlayedPod, since: float, until: float) -> list[float]
     return values
 
 
-def _named_share_of_perf_script(text: str) -> float:
-    frames = named = 0
-    for line in text.splitlines():
-        match = FRAME_LINE.match(line)
-        if match:
-            frames += 1
-            named += not match.group(1).startswith("[unknown]")
-    return named / frames if frames else 0.0
+def _named_share_of_perf_script(pod: podman_pod.PlayedPod) -> float:
+    counts = pod.exec("sh", "-c", COUNT_FRAMES).stdout.split()
+    frames, unknown = (int(n) for n in counts[:2])
+    return (frames - unknown) / frames if frames else 0.0
 
 
 def _app_pid(pod: podman_pod.PlayedPod) -> str:
@@ -94,15 +92,14 @@ def flamegraph_speed(rounds: int = 3, seconds: float = 10, frequency: int = 99,
             del result
             for name, command in DIRECT.items():
                 start = time.time()
-                direct = played.exec("sh", "-c", command.format(hz=frequency, pid=pid,
-                                                                 s=f"{seconds:g}"),
-                                     timeout=seconds + 600, check=True)
+                played.exec("sh", "-c", command.format(hz=frequency, pid=pid, s=f"{seconds:g}"),
+                            timeout=seconds + 600, check=True)
                 wall = time.time() - start
                 runs[name].append({
                     "beyond_recording_s": wall - seconds,
                     "rate": statistics.median(_rates(played, start + 1, start + seconds)
                                               or [0.0]),
-                    "named_share": _named_share_of_perf_script(direct.stdout)})
+                    "named_share": _named_share_of_perf_script(played)})
     base = statistics.median(r["rate"] for r in runs["baseline"])
     summary: dict[str, Any] = {"app": "samples/node (fibonacci, demo pod)",
                                "seconds": seconds, "frequency": frequency, "rounds": rounds,

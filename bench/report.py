@@ -19,6 +19,8 @@ MAX_GROWTH_KIB = 1024  # per worker, after warm-up, over the whole run
 MAX_CREATE_RATIO = 1.15
 MIN_R2 = 0.95
 MAX_MS_AT_50 = 10.0
+# The guard's pure decision per pod (issue 17), CPU ms, baseline, toolset verified and granted.
+MAX_GUARD_MS = {"typical": 1.0, "large": 5.0}
 MAX_RENDER_MS = 1000.0  # issue 18: a 50k-stack profile to its HTML page, well under a second
 
 
@@ -95,6 +97,16 @@ def targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
             f"calls R^2 {r2}, time R^2 {fit['r2']}, {fit['ms_per_container']:.3f} ms/container, "
             f"{scaling['ms_at_max']:.2f} ms at {scaling['max_containers']}",
             f"R^2 >= {MIN_R2}, <= {MAX_MS_AT_50} ms at 50"))
+    guard_core = results.get("guard_core")
+    if guard_core:
+        for row in guard_core["rows"]:
+            if row["level"] == "baseline":
+                rows.append(_target(
+                    f"guard core CPU per pod, {row['shape']} ({row['containers']} containers), "
+                    "toolset verified",
+                    row["ms"] <= MAX_GUARD_MS[row["shape"]] and row["toolset_verified"],
+                    f"{row['ms']:.3f} ms ({row['python_calls']} Python calls)",
+                    f"<= {MAX_GUARD_MS[row['shape']]} ms"))
     memory = results.get("memory")
     if memory:
         worst = max(memory["growth_after_warmup_kib"].values())
@@ -223,6 +235,15 @@ def render(results: Mapping[str, Any]) -> str:
         if calls:
             out.append(f"calls: {calls['intercept']:.0f} + {calls['per_container']:.1f} x "
                        f"containers, R^2 {calls['r2']} (load-independent)")
+    guard_core = results.get("guard_core")
+    if guard_core:
+        out.append("\nGuard core: CPU time of the pure decision per pod, in process (injected "
+                   "pod, toolset verified, grant answered at once)")
+        out.append(_table(["pod", "level", "containers", "volumes", "CPU ms", "median ms",
+                           "Python calls", "violations"],
+                          [[r["shape"], r["level"], r["containers"], r["volumes"],
+                            f"{r['ms']:.3f}", f"{r['median_ms']:.3f}", r["python_calls"],
+                            r["violations"]] for r in guard_core["rows"]]))
     memory = results.get("memory")
     if memory:
         out.append(f"\n3. Memory per worker (VmRSS KiB, {memory['server']}, "

@@ -73,6 +73,8 @@ RBAC_GROUP: Final = DOMAIN
 RBAC_RESOURCE: Final = "debugprofiles"
 RBAC_VERB: Final = "use"
 NAMESPACE_OPT_IN_GRANT: Final = "namespace-opt-in"
+# Adding, changing or removing the guard label, or un-guarding a namespace (docs/policy.md).
+NAMESPACE_GUARD_GRANT: Final = "namespace-guard"
 
 # Namespaces never injected, whatever their labels say.
 ALWAYS_EXCLUDED_NAMESPACES: Final = frozenset({"kube-system", "kube-public", "kube-node-lease"})

@@ -410,6 +410,15 @@ def fast_load(body: str) -> Any:
         return None
 
 
+def compose(body: str) -> Any:
+    """The document's node tree as libyaml composes it (each node with its start mark): where
+    things are, for messages; None when it cannot (the scan has read it already, so rare)."""
+    try:
+        return yaml.compose(body, Loader=_FastLoader)
+    except yaml.YAMLError:
+        return None
+
+
 class _FastDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
     def ignore_aliases(self, data: Any) -> bool:
         return True  # never write anchors the input did not have

@@ -2,13 +2,16 @@
 
 The chart decides which profiles need an RBAC grant to warn about missing grant ClusterRoles at
 install time (templates/_helpers.tpl `sidecar-debug.privilegedProfiles`); the webhook decides
-the same at admission (webhook/policy/privilege.py). Both answer for one generated profile set
-covering every privilege reason and its harmless neighbours; the answers must be the same.
+the same at admission (webhook/policy/privilege.py: beyond Pod Security baseline, by the
+guard's checks). Both answer for one generated profile set covering every check of a
+securityContext (each value alone, then seeded combinations) with and without hostPaths; the
+answers must be the same.
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 import re
 from pathlib import Path
 from typing import Any
@@ -21,32 +24,51 @@ from webhook.policy.privilege import privilege_reasons
 
 pytestmark = pytest.mark.chart
 
-PRIVILEGED = [None, False, True]
-ESCALATION = [None, False, True]
-SECCOMP = [None, "RuntimeDefault", "Unconfined", "Localhost"]
-CAPABILITIES = [
-    [],
-    ["CHOWN", "CAP_KILL", "NET_BIND_SERVICE"],  # within baseline, with and without CAP_
-    ["SYS_PTRACE"],
-    ["CAP_BPF", "SETUID"],  # one beyond baseline among baseline ones
-    ["NET_RAW"],  # a runtime default, but not in the Pod Security baseline list
-]
+# Per field of the securityContext, values within baseline and beyond it (and shapes the API
+# refuses: a reason too, in both). Each value is tried alone, then in seeded combinations.
+FIELDS: dict[str, list[Any]] = {
+    "privileged": [False, True, "true"],
+    "allowPrivilegeEscalation": [False, True],  # baseline allows it: never a reason alone
+    "runAsUser": [0, 1000],
+    "capabilities": [
+        {"drop": ["ALL"]},
+        {"add": ["CHOWN", "KILL", "NET_BIND_SERVICE"]},  # within baseline
+        {"add": ["SYS_PTRACE"]},
+        {"add": ["BPF", "SETUID"]},  # one beyond baseline among baseline ones
+        {"add": ["NET_RAW"]},  # a runtime default, but not in baseline's list
+        {"add": ["CAP_KILL"]},  # compared as written: CAP_KILL is not KILL
+        {"add": ["sys_admin"]},
+        {"add": "SYS_ADMIN"},
+        "ALL",
+    ],
+    "seccompProfile": [{"type": "RuntimeDefault"}, {"type": "Localhost",
+                                                    "localhostProfile": "p.json"},
+                       {"type": "Unconfined"}, {}],
+    "appArmorProfile": [{"type": "RuntimeDefault"}, {"type": "Localhost",
+                                                     "localhostProfile": "p"},
+                        {"type": "Unconfined"}],
+    "seLinuxOptions": [{"type": "container_t"}, {"type": "container_engine_t"},
+                       {"level": "s0:c1,c2"}, {"type": None}, {"type": "spc_t"},
+                       {"type": "unconfined_t"}, {"user": "system_u"}, {"role": "system_r"},
+                       {"user": ""}],
+    "procMount": ["Default", "Unmasked"],
+    "windowsOptions": [{"hostProcess": False}, {"runAsUserName": "x"}, {"hostProcess": True},
+                       "x"],
+}
 HOST_PATHS = [[], [{"name": "modules", "path": "/lib/modules"}]]
 
 
 def generated_profiles() -> list[dict[str, Any]]:
+    contexts: list[dict[str, Any]] = [{}]
+    contexts += [{key: value} for key, values in FIELDS.items() for value in values]
+    rng = random.Random(17)  # noqa: S311 - reproducible combinations, not a secret
+    for _ in range(120):
+        keys = rng.sample(sorted(FIELDS), rng.randint(2, 4))
+        contexts.append({key: rng.choice(FIELDS[key]) for key in keys})
     profiles = []
-    combinations = itertools.product(PRIVILEGED, ESCALATION, SECCOMP, CAPABILITIES, HOST_PATHS)
-    for number, (privileged, escalation, seccomp, caps, host_paths) in enumerate(combinations):
-        security_context: dict[str, Any] = {"runAsUser": 0}
-        if privileged is not None:
-            security_context["privileged"] = privileged
-        if escalation is not None:
-            security_context["allowPrivilegeEscalation"] = escalation
-        if seccomp is not None:
-            security_context["seccompProfile"] = {"type": seccomp}
-        if caps:
-            security_context["capabilities"] = {"add": caps, "drop": ["ALL"]}
+    for number, (security_context, host_paths) in enumerate(
+        itertools.product(contexts, HOST_PATHS)
+    ):
         profile: dict[str, Any] = {
             "name": f"p{number}",
             "description": "generated",
@@ -97,7 +119,11 @@ def test_the_generated_set_covers_each_reason_alone() -> None:
         "capabilities",
         "hostPath",
         "seccomp",
-        "allowPrivilegeEscalation",
+        "AppArmor",
+        "SELinux",
+        "procMount",
+        "Windows",
+        "invalid",
     }
     assert harmless >= 10
 

@@ -46,6 +46,8 @@ EPHEMERAL_ENTRIES = [
 ]
 ENTRIES = ["namespace.sidecar-debug.io", "pod.sidecar-debug.io", *EPHEMERAL_ENTRIES]
 GUARD_ENTRIES = ["guard.sidecar-debug.io", "guard-label.sidecar-debug.io"]
+NAMESPACE_GUARD_ENTRIES = [
+    "namespace-guard.sidecar-debug.io", "namespace-guard-label.sidecar-debug.io"]
 GUARD_RULES = [
     {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
      "resources": ["pods"], "scope": "Namespaced"},
@@ -181,14 +183,14 @@ def test_release_namespace_is_always_excluded() -> None:
 
 
 def test_namespace_gate_off_by_default() -> None:
-    assert list(render().validating_webhooks()) == GUARD_ENTRIES
+    assert list(render().validating_webhooks()) == GUARD_ENTRIES + NAMESPACE_GUARD_ENTRIES
 
 
 def test_namespace_gate() -> None:
     manifest = render([ci("namespace-gate")])
     vwc = manifest.one("ValidatingWebhookConfiguration", FULLNAME)
     *guard, hook = vwc["webhooks"]
-    assert [entry["name"] for entry in guard] == GUARD_ENTRIES
+    assert [entry["name"] for entry in guard] == GUARD_ENTRIES + NAMESPACE_GUARD_ENTRIES
     assert hook["name"] == "namespace-gate.sidecar-debug.io"
     assert hook["clientConfig"]["service"]["path"] == "/validate-namespace"
     assert hook["rules"][0]["resources"] == ["namespaces"]
@@ -220,7 +222,7 @@ def test_guard_entries_fail_closed_in_guarded_namespaces_only() -> None:
     assert [expressions(hooks[name]["namespaceSelector"]) for name in GUARD_ENTRIES] == [
         GUARDED_OPT_IN, GUARDED_LABEL,
     ]  # fmt: skip
-    for hook in hooks.values():
+    for hook in (hooks[name] for name in GUARD_ENTRIES):
         assert hook["rules"] == GUARD_RULES
         assert hook["failurePolicy"] == "Fail"
         assert hook["timeoutSeconds"] == 10
@@ -230,6 +232,30 @@ def test_guard_entries_fail_closed_in_guarded_namespaces_only() -> None:
             "name": FULLNAME, "namespace": NAMESPACE, "path": "/validate-pods", "port": 443,
         }  # fmt: skip
         assert "caBundle" not in hook["clientConfig"]
+
+
+def test_the_guard_label_is_gated_and_an_outage_blocks_no_other_namespace() -> None:
+    """The guard's namespace-label gate: namespaces whose old or new object is opted in, or
+    carries the guard label, are sent (one entry each, disjoint); Fail; the grant's role."""
+    manifest = render()
+    hooks = manifest.validating_webhooks()
+    selectors = [expressions(hooks[name]["objectSelector"]) for name in NAMESPACE_GUARD_ENTRIES]
+    assert selectors == [
+        {"debug": ("In", ["enabled"])},
+        {"sidecar-debug.io/guard": ("Exists", []), "debug": ("NotIn", ["enabled"])},
+    ]
+    for name in NAMESPACE_GUARD_ENTRIES:
+        hook = hooks[name]
+        assert hook["rules"] == [
+            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+             "resources": ["namespaces"], "scope": "Cluster"}]  # fmt: skip
+        assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+        assert expressions(hook["namespaceSelector"]) == {
+            "kubernetes.io/metadata.name": ("NotIn", EXCLUDED)}
+        assert hook["clientConfig"]["service"]["path"] == "/validate-namespace-guard"
+    role = manifest.one("ClusterRole", f"{FULLNAME}-profile-namespace-guard")
+    assert role["rules"] == [{"apiGroups": ["sidecar-debug.io"], "resources": ["debugprofiles"],
+                              "resourceNames": ["namespace-guard"], "verbs": ["use"]}]
 
 
 def test_guard_settings_name_the_annotation_owners() -> None:
@@ -325,7 +351,8 @@ def test_profile_grant_cluster_roles() -> None:
         if "-profile-" in r["metadata"]["name"]
     }
     assert sorted(grants) == sorted(
-        f"{FULLNAME}-profile-{name}" for name in ("perf", "bcc", "full", "namespace-opt-in")
+        f"{FULLNAME}-profile-{name}"
+        for name in ("perf", "bcc", "full", "namespace-opt-in", "namespace-guard")
     )
     for name, role in grants.items():
         grant = name.rsplit("-profile-", 1)[1]

@@ -143,13 +143,12 @@ def test_an_editor_without_a_grant_cannot_create(
 
 def test_a_deployment_cannot_smuggle_a_forged_toolset(full_cluster: Cluster, guarded: str) -> None:
     """The same pod from a Deployment: the ReplicaSet's pods are refused (FailedCreate)."""
+    forged = _forged_status("x", guarded)
     deployment = deployment_manifest("forged", guarded)
     deployment["spec"]["template"] = {
-        "metadata": _forged_status("x", guarded)["metadata"] | {"name": None},
-        "spec": _forged_status("x", guarded)["spec"]}
-    deployment["spec"]["template"]["metadata"].pop("name")
-    deployment["spec"]["template"]["metadata"].pop("namespace")
-    deployment["spec"]["template"]["metadata"]["labels"] = {"app": "forged"}
+        "metadata": {"labels": {"app": "forged"},
+                     "annotations": forged["metadata"]["annotations"]},
+        "spec": forged["spec"]}
     full_cluster.kubectl("apply", "-f", "-", user="bob", input=json.dumps(deployment))
 
     def refused() -> str:

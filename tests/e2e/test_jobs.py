@@ -152,7 +152,8 @@ def test_cronjob_runs_complete(
 
 
 def _webhook_log_entries(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
-    """The chart's webhook pods' JSON log lines about pods of `namespace`."""
+    """The chart's webhook pods' JSON log lines about the mutation of pods of `namespace` (the
+    guard's review of the same pod logs a line of its own, decision guard-allowed/-denied)."""
     entries: list[dict[str, Any]] = []
     pods = cluster.kubectl_json("get", "pods", "-n", RELEASE_NAMESPACE, "-l",
                                 "app.kubernetes.io/component=webhook")["items"]
@@ -163,7 +164,8 @@ def _webhook_log_entries(cluster: Cluster, namespace: str) -> list[dict[str, Any
                 entry = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(entry, dict) and entry.get("namespace") == namespace:
+            if (isinstance(entry, dict) and entry.get("namespace") == namespace
+                    and not str(entry.get("decision", "")).startswith("guard-")):
                 entries.append(entry)
     return entries
 

@@ -26,7 +26,7 @@ import pytest
 
 from tests.cluster.cluster import Cluster
 from tests.cluster.webhooks import mutating_webhook_configuration, serving_cert
-from tests.e2e.conftest import STATUS_ANNOTATION, local_webhook_server, wait_until
+from tests.e2e.conftest import CHART, STATUS_ANNOTATION, local_webhook_server, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -35,6 +35,8 @@ WEBHOOK_NAMESPACE = "sidecar-debug-policy-e2e"
 SERVICE = "sidecar-debug-policy"
 CONFIGURATION = "sidecar-debug-policy-e2e"
 NAMESPACE_GATE = "sidecar-debug-policy-e2e-namespaces"
+GUARD_LABEL_GATE = "sidecar-debug-policy-e2e-guard-label"
+GUARD = "sidecar-debug.io/guard"
 ROLE_PREFIX = "sidecar-debug-profile-"
 
 POLICY = """\
@@ -85,7 +87,7 @@ class LocalWebhook:
 
 def _cluster_roles(cluster: Cluster) -> None:
     """The grant ClusterRoles the chart creates (`<fullname>-profile-<name>`)."""
-    for name in ("perf", "bcc", "full", "namespace-opt-in"):
+    for name in ("perf", "bcc", "full", "namespace-opt-in", "namespace-guard"):
         role = {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
@@ -143,14 +145,12 @@ def webhook(
         ) as (cluster_ip, log_path):
             yield LocalWebhook(cluster, cluster_ip, policy_file, log_path)
     finally:
-        # test_namespace_label_gate adds this one.
-        cluster.kubectl(
-            "delete",
-            "validatingwebhookconfiguration",
-            NAMESPACE_GATE,
-            "--ignore-not-found",
-            check=False,
-        )
+        # test_namespace_label_gate and test_the_guard_label_gate_from_the_chart add these.
+        for gate in (NAMESPACE_GATE, GUARD_LABEL_GATE):
+            cluster.kubectl(
+                "delete", "validatingwebhookconfiguration", gate, "--ignore-not-found",
+                check=False,
+            )  # fmt: skip
 
 
 def _namespace(cluster: Cluster, prefix: str) -> str:
@@ -494,6 +494,126 @@ def test_namespace_label_gate(webhook: LocalWebhook, tmp_path: Path) -> None:
             cluster.kubectl(
                 "delete", "clusterrolebinding", binding, "--ignore-not-found", check=False
             )
+
+
+def _labellers(cluster: Cluster, grant: str, *granted: str) -> list[str]:
+    """carol and bob may label namespaces (cluster-wide patch); `granted` also hold `grant`.
+    Returns the bindings made."""
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "policy-e2e-namespace-labeller"},
+        "rules": [{"apiGroups": [""], "resources": ["namespaces"],
+                   "verbs": ["get", "list", "patch", "update"]}],
+    }))  # fmt: skip
+    bindings = {f"policy-e2e-{grant}-labeller-{user}": ("policy-e2e-namespace-labeller", user)
+                for user in ("carol", "bob")}  # fmt: skip
+    bindings.update({f"policy-e2e-{grant}-{user}": (f"{ROLE_PREFIX}{grant}", user)
+                     for user in granted})  # fmt: skip
+    for name, (role, user) in bindings.items():
+        cluster.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                          "name": user}],
+        }))  # fmt: skip
+    return list(bindings)
+
+
+def _chart_guard_label_gate(cluster: Cluster, ca_pem: bytes) -> dict[str, Any]:
+    """The chart's own namespace entries of the guard (its selectors as rendered), sent to
+    the local webhook."""
+    import yaml
+
+    rendered = cluster.helm(
+        "template", "sidecar-debug", str(CHART),
+        "--show-only", "templates/validatingwebhookconfiguration.yaml",
+    ).stdout  # fmt: skip
+    hooks = [hook for hook in yaml.safe_load(rendered)["webhooks"]
+             if hook["name"].startswith("namespace-guard")]  # fmt: skip
+    assert [hook["clientConfig"]["service"]["path"] for hook in hooks] == [
+        "/validate-namespace-guard"] * 2
+    for hook in hooks:
+        hook["clientConfig"] = {
+            "service": {"name": SERVICE, "namespace": WEBHOOK_NAMESPACE,
+                        "path": "/validate-namespace-guard", "port": 443},
+            "caBundle": base64.b64encode(ca_pem).decode(),
+        }  # fmt: skip
+    return {"apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": GUARD_LABEL_GATE}, "webhooks": hooks}  # fmt: skip
+
+
+def test_the_guard_label_gate_from_the_chart(webhook: LocalWebhook) -> None:
+    """Issue 17: a namespace's guard label, and the opt-in label where it alone guards the
+    namespace, change only with `use` on debugprofiles/namespace-guard (bob holds it, carol
+    does not); with the webhook down, only namespaces carrying those labels are blocked."""
+    cluster = webhook.cluster
+    gate = _chart_guard_label_gate(cluster, (webhook.log.parent / "ca.crt").read_bytes())
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(gate))
+    bindings = _labellers(cluster, "namespace-guard", "bob")
+    suffix = uuid.uuid4().hex[:6]
+    guarded, opted_in, plain = (f"pe-guard-{part}-{suffix}" for part in ("gl", "oi", "plain"))
+    try:
+        time.sleep(2)
+        for name, labels in ((guarded, ["debug=enabled"]), (opted_in, ["debug=enabled"]),
+                             (plain, [])):  # fmt: skip
+            cluster.kubectl("create", "namespace", name)
+            if labels:
+                cluster.kubectl("label", "namespace", name, *labels)  # admin: holds every grant
+
+        def label(name: str, *change: str, user: str) -> subprocess.CompletedProcess[str]:
+            return cluster.kubectl("label", "namespace", name, "--overwrite", *change,
+                                   user=user, check=False)  # fmt: skip
+
+        def refused(result: subprocess.CompletedProcess[str], *words: str) -> None:
+            assert result.returncode != 0, result.stdout
+            for word in ("namespace-guard", "'carol' lacks", *words):
+                assert word in result.stderr, result.stderr
+
+        def labels(name: str) -> dict[str, str]:
+            found: dict[str, str] = cluster.kubectl_json("get", "namespace", name)[
+                "metadata"].get("labels", {})
+            return found
+
+        refused(label(guarded, f"{GUARD}=restricted", user="carol"), f"adding {GUARD}")
+        assert GUARD not in labels(guarded)
+        assert label(guarded, f"{GUARD}=restricted", user="bob").returncode == 0
+        refused(label(guarded, f"{GUARD}=baseline", user="carol"), "from restricted to baseline")
+        refused(label(guarded, f"{GUARD}-", user="carol"), f"removing {GUARD}=restricted")
+        # A typo never guards at a level nobody meant, whoever writes it.
+        typo = label(guarded, f"{GUARD}=restrict", user="bob")
+        assert typo.returncode != 0 and "must name a Pod Security level" in typo.stderr
+        # Still guarded by its label: the opt-in label goes without a grant, others as ever.
+        assert label(guarded, "debug-", "team=shop", user="carol").returncode == 0
+        assert labels(guarded)[GUARD] == "restricted"
+        # The opt-in label alone guards this one: removing it needs the grant.
+        refused(label(opted_in, "debug-", user="carol"), "leaves the namespace unguarded")
+        refused(label(opted_in, "debug=disabled", user="carol"), "removing debug=enabled")
+        assert labels(opted_in)["debug"] == "enabled"
+        assert label(opted_in, "team=shop", user="carol").returncode == 0
+        assert label(plain, "team=shop", user="carol").returncode == 0
+
+        # The webhook unreachable: Fail for the namespaces carrying the labels, nothing else.
+        for hook in gate["webhooks"]:
+            hook["clientConfig"]["service"]["name"] = "nothing-listens-here"
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(gate))
+        time.sleep(2)
+        for name in (guarded, opted_in):
+            down = label(name, "team=ops", user="bob")
+            assert down.returncode != 0 and "failed calling webhook" in down.stderr, down.stderr
+            assert "namespace-guard" in down.stderr
+        assert label(plain, "team=ops", user="carol").returncode == 0
+        assert labels(plain)["team"] == "ops"
+    finally:
+        cluster.kubectl("delete", "validatingwebhookconfiguration", GUARD_LABEL_GATE,
+                        "--ignore-not-found", check=False)  # fmt: skip
+        for binding in bindings:
+            cluster.kubectl("delete", "clusterrolebinding", binding, "--ignore-not-found",
+                            check=False)  # fmt: skip
+        for name in (guarded, opted_in, plain):
+            cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 def test_policy_check_rejects_a_typo_with_file_and_line(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ namespace leaves the other namespaces' schedules planned, promptly."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import ssl
@@ -32,6 +33,7 @@ import yaml
 from tests.chart.helm import CHART
 from tests.cluster.cluster import Cluster, free_port
 from tests.e2e.conftest import wait_until
+from tests.unit.results.fake_sinks import FakeSink, go_pprof_raw, running
 from tests.unit.toolset.conftest import LIB, load_script
 from webhook import constants
 from webhook.certs import pki
@@ -64,7 +66,8 @@ class Service:
     log: Path
     directory: Path
     settings: Settings  # the webhook's settings the service plans with (the same file)
-    metrics: str  # http://127.0.0.1:PORT/metrics
+    metrics: str  # http://127.0.0.1:PORT (/metrics, /healthz)
+    sinks: dict[str, FakeSink]  # results.export's Pyroscope and Parca, in this process
 
 
 def chart_rbac(cluster: Cluster) -> None:
@@ -111,8 +114,14 @@ def wait_for_account(cluster: Cluster, namespace: str, account: str = "default")
 
 
 @pytest.fixture(scope="module")
-def service(lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
-            ) -> Iterator[Service]:
+def sinks() -> Iterator[dict[str, FakeSink]]:
+    with running(FakeSink()) as pyroscope, running(FakeSink()) as parca:
+        yield {"pyroscope": pyroscope, "parca": parca}
+
+
+@pytest.fixture(scope="module")
+def service(lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory,
+            sinks: dict[str, FakeSink]) -> Iterator[Service]:
     work = tmp_path_factory.mktemp("results-service")
     lite_cluster.kubectl("create", "namespace", SYSTEM, check=False)
     chart_rbac(lite_cluster)
@@ -136,7 +145,9 @@ def service(lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
              "--host", "127.0.0.1", "--port", str(port), "--local-port", str(local),
              "--metrics-port", str(metrics), "--kubeconfig", str(kubeconfig)],
             stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
-            env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"})
+            env={**{k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
+                 "SIDECAR_DEBUG_EXPORT": json.dumps({kind: {"url": sink.url}
+                                                     for kind, sink in sinks.items()})})
     try:
         def ready() -> bool:
             assert process.poll() is None, log.read_text()
@@ -148,7 +159,7 @@ def service(lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
         yield Service(f"https://127.0.0.1:{port}", f"http://127.0.0.1:{local}",
                       files["ca.crt"].read_text(), log, store,
                       load_settings(str(work / "config.yaml"), environ={}),
-                      f"http://127.0.0.1:{metrics}/metrics")
+                      f"http://127.0.0.1:{metrics}", sinks)
     finally:
         process.terminate()
         try:
@@ -365,7 +376,8 @@ def test_a_poisoned_namespace_leaves_the_others_schedules_running(
 
 
 def metric(service: Service, name: str, labels: dict[str, str]) -> float:
-    with urllib.request.urlopen(service.metrics, timeout=5) as answer:  # noqa: S310 - loopback
+    url = service.metrics + "/metrics"
+    with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310 - loopback
         text = answer.read().decode()
     wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
     for line in text.splitlines():
@@ -396,3 +408,48 @@ def test_the_agent_loop_pushes_a_failed_recording_with_its_reason(
     wait_until(pushed, 60, "the failed recording pushed", interval=1)
     assert "recording failed (no-output)" in service.log.read_text()
     assert not (service.directory / namespace).exists()
+
+
+def test_a_pushed_run_is_exported_to_pyroscope_and_parca(lite_cluster: Cluster, service: Service,
+                                                         agent: ModuleType,
+                                                         tmp_path: Path) -> None:
+    """results.export: once stored, the run goes on to both sinks (local fakes here: neither
+    server can be installed), labelled by what the service knows, not by what the pod said."""
+    namespace = new_namespace(lite_cluster, "export")
+    pod = create(lite_cluster, toolset_pod(service, "web", namespace))
+    as_pod = client(agent, service, token_request(lite_cluster, namespace, "default",
+                                                  audience=AUDIENCE, pod=pod), tmp_path)
+    [run] = plan_for(as_pod)
+    status, answer = as_pod.call("POST", "/agent/v1/runs", {
+        "ticket": run["ticket"], "stacks": "node;main;fibonacci 90\nnode;main;gc 7\n",
+        "meta": {"container": "forged", "namespace": "other"}})
+    assert status == 201, answer
+
+    def exported(kind: str) -> Any:
+        return next((r for r in service.sinks[kind].received
+                     if f"namespace={namespace}" in r.query.get("name", [""])[0]
+                     or namespace.encode() in r.body), None)
+
+    pyroscope = wait_until(lambda: exported("pyroscope"), 30, "the run at Pyroscope")
+    parca = wait_until(lambda: exported("parca"), 30, "the run at Parca")
+    name = pyroscope.query["name"][0]
+    assert name == (f"sidecar-debug.cpu{{container=debug-toolset,namespace={namespace},pod=web,"
+                    f"schedule=pod/{namespace}/web#0,technique=perf}}")
+    assert (pyroscope.path, pyroscope.query["sampleRate"]) == ("/ingest", [str(run["frequency"])])
+    assert pyroscope.body == b"node;main;fibonacci 90\nnode;main;gc 7\n"
+    body = json.loads(parca.body)
+    labels = {label["name"]: label["value"] for label in body["series"][0]["labels"]["labels"]}
+    assert labels == {"__name__": "process_cpu", "container": "debug-toolset",
+                      "namespace": namespace, "pod": "web",
+                      "schedule": f"pod/{namespace}/web#0", "technique": "perf"}
+    raw = base64.b64decode(body["series"][0]["samples"][0]["rawProfile"])
+    assert go_pprof_raw(raw, tmp_path).stacks == {("node", "main", "fibonacci"): 90,
+                                                 ("node", "main", "gc"): 7}
+    with urllib.request.urlopen(service.metrics + "/metrics", timeout=5) as page:  # noqa: S310
+        text = page.read().decode()
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sent = {sample.labels["sink"] for family in text_string_to_metric_families(text)
+            for sample in family.samples if sample.name == "sidecar_debug_exports_total"
+            and sample.labels["outcome"] == "sent" and sample.value >= 1}
+    assert sent == {"pyroscope", "parca"}, text

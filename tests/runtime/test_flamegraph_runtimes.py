@@ -35,6 +35,9 @@ class Case:
     technique: str = "perf"
     unwinding: str = ""  # a binary whose frames must have been unwound, and how
     named: float = 0.95
+    # The hot function is the innermost frame with this prefix (Python's perf trampolines:
+    # the leaf is the interpreter's C code running the function), else the leaf.
+    python_frames: str = ""
     # Frames no binary of the app names: hidden functions of stripped Debian libraries, at most
     # one of each per stack (their names are only in -dbgsym packages).
     unnamed: tuple[str, ...] = ()
@@ -56,7 +59,7 @@ CASES = {
                        command=["python3", "/app/cpu.py"], technique="py-spy"),
     # interpreter C frames between the trampolines: about three per Python call
     "python3.13": Case("python-trixie", "fib_recursive", 90, runtime="python",
-                       unwinding="JIT=frame-pointer"),
+                       unwinding="JIT=python-trampoline", python_frames="py::"),
     # thread start ... JavaCalls ... Interpreter -> computeRound -> fibRecursive x 24
     "java": Case("java", "fibRecursive", 45, runtime="java", unwinding="JIT=frame-pointer"),
 }
@@ -88,13 +91,14 @@ def record(pod: PlayedPod, *extra: str, out: str = "/tmp/fg") -> Recorded:
     return Recorded(meta, folded, result.stdout)
 
 
-def self_weights(folded: str) -> dict[str, int]:
+def self_weights(folded: str, prefix: str = "") -> dict[str, int]:
+    """Samples per innermost frame (with `prefix`, the innermost frame that has it)."""
     weights: dict[str, int] = {}
     for line in folded.splitlines():
         stack, _, count = line.rpartition(" ")
         if stack and count.isdigit():
-            leaf = stack.rsplit(";", 1)[-1]
-            weights[leaf] = weights.get(leaf, 0) + int(count)
+            frames = [f for f in stack.split(";") if f.startswith(prefix)] or ["-"]
+            weights[frames[-1]] = weights.get(frames[-1], 0) + int(count)
     return weights
 
 
@@ -121,7 +125,7 @@ def test_named_frames_and_the_hot_function(runtime_pod: tuple[str, Case, PlayedP
     name, case, pod = runtime_pod
     recorded = record(pod)
     meta, folded = recorded.meta, recorded.folded
-    weights = self_weights(folded)
+    weights = self_weights(folded, case.python_frames)
     hottest = max(weights, key=lambda leaf: weights[leaf])
     save(name, {key: meta.get(key) for key in (
         "named_share", "mean_depth", "max_depth", "samples", "technique", "runtime",

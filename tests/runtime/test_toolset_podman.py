@@ -75,7 +75,8 @@ def test_flamegraph_names_the_hot_function(node_pod: PlayedPod) -> None:
     listing = node_pod.exec("ls", "/tmp/fg-test", check=True).stdout.split()
     assert sorted(listing) == ["meta.json", "stacks.folded", "summary.txt"]
     meta = json.loads(node_pod.exec("cat", "/tmp/fg-test/meta.json", check=True).stdout)
-    assert meta["named_share"] >= 0.95, meta
+    # Two frames per stack stay unnamed (test_flamegraph_runtimes.py says which and why).
+    assert meta["named_share"] >= 0.93, meta
     folded = node_pod.exec("cat", "/tmp/fg-test/stacks.folded", check=True).stdout.splitlines()
     assert folded
     stack, _, count = folded[0].rpartition(" ")  # sorted: hottest stack first

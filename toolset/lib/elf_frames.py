@@ -554,7 +554,8 @@ WANTED = (".eh_frame_hdr", ".eh_frame", ".symtab", ".strtab", ".dynsym", ".dynst
           ".note.gnu.build-id", ".gopclntab", ".note.go.buildid")
 
 
-def load(fd: int, size: int, name: str, limit: int) -> ElfFile:
+def load(fd: int, size: int, name: str, limit: int,
+         wanted: tuple[str, ...] = WANTED) -> ElfFile:
     """An ElfFile of an open file, holding only its headers and the WANTED sections: read with
     pread into anonymous memory at their file offsets (untouched pages cost nothing), so a
     1 GiB binary costs what its tables weigh, and a file the app truncates meanwhile reads as
@@ -589,11 +590,11 @@ def load(fd: int, size: int, name: str, limit: int) -> ElfFile:
     if shstrndx < len(sections):
         names_offset, names_size = sections[shstrndx][2], sections[shstrndx][3]
         fill(names_offset, names_size)
-        wanted = {section.encode() for section in WANTED}
+        wanted_names = {section.encode() for section in wanted}
         for sh_name, sh_type, sh_offset, sh_size in sections:
             if sh_type == 8:  # NOBITS
                 continue
             end = memory.find(b"\0", names_offset + sh_name, names_offset + names_size)
-            if end >= 0 and memory[names_offset + sh_name : end] in wanted:
+            if end >= 0 and memory[names_offset + sh_name : end] in wanted_names:
                 fill(sh_offset, sh_size)
     return ElfFile(memory, name)

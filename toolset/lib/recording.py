@@ -176,7 +176,8 @@ class BinaryOpener:
             self.cache[key] = self._open(mapping)
         return self.cache[key]
 
-    def _open(self, mapping: perf_data.Mapping) -> elf_frames.ElfFile | None:
+    def _open(self, mapping: perf_data.Mapping,
+              wanted: tuple[str, ...] = elf_frames.WANTED) -> elf_frames.ElfFile | None:
         fd = -1
         try:
             fd = os.open(f"/proc/{self.pid}/map_files/{mapping.start:x}-{mapping.end:x}",
@@ -194,8 +195,8 @@ class BinaryOpener:
                 self.problems.append(f"{common.printable(mapping.filename)} was replaced "
                                      "since the app mapped it: its frames are unnamed")
                 return None
-            elf = elf_frames.load(fd, info.st_size, mapping.filename, DSO_LIMIT)
-            if not elf.has_symtab:
+            elf = elf_frames.load(fd, info.st_size, mapping.filename, DSO_LIMIT, wanted)
+            if wanted and not elf.has_symtab:
                 elf.debug_symbols = debug_file(elf.build_id())
                 if elf.debug_symbols is not None:
                     self.debug_files.append(os.path.basename(mapping.filename))
@@ -221,6 +222,10 @@ class BinaryOpener:
                     except elf_frames.ElfError:
                         self.vdso = None
         return self.vdso if isinstance(self.vdso, elf_frames.ElfFile) else None
+
+    def headers(self, mapping: perf_data.Mapping) -> elf_frames.ElfFile | None:
+        """The file's headers and section names only (is it Go?): cheap, not cached."""
+        return self._open(mapping, wanted=())
 
 
 DEBUG_DIR = "/usr/lib/debug/.build-id"
@@ -274,7 +279,7 @@ def frame_pointers_everywhere(pid: int, opener: BinaryOpener) -> bool:
     if not files:
         return False
     for name, start, end, inode in files:
-        elf = opener(perf_data.Mapping(pid, start, end, 0, name, inode))
+        elf = opener.headers(perf_data.Mapping(pid, start, end, 0, name, inode))
         if elf is None or not elf.is_go:
             return False
     return True
@@ -329,7 +334,7 @@ def choose_technique(options: Options, runtime: str) -> str:
 
 def perf_command(perf: str, options: Options, access: Access, data: str,
                  frame_pointers: bool) -> list[str]:
-    modifier = ":u" if access.user_only else ""
+    modifier = "u" if access.user_only else ""  # event-term syntax: cpu-clock/freq=99/u
     stack = OFFCPU_STACK if options.type == "offcpu" else DWARF_STACK
     callgraph = ["-g"] if frame_pointers else ["--call-graph", f"dwarf,{stack}"]
     events: list[str] = []
@@ -339,8 +344,13 @@ def perf_command(perf: str, options: Options, access: Access, data: str,
         # Every switch-out of the app's threads, with its stack; --switch-events adds the
         # switch-in times (how long each wait lasted). Software events: no tracefs needed.
         events += ["-e", "context-switches/period=1/", "--switch-events"]
-    return [perf, "record", "-q", *events, *callgraph, "--no-buildid", "--no-buildid-cache",
-            "-m", "8M", "-p", str(options.target.pid), "-o", data, "--",
+    # A bigger ring buffer than the default 512 KiB keeps dwarf samples from being lost, but
+    # exceeds perf_event_mlock_kb without CAP_PERFMON/CAP_IPC_LOCK (the mmap is refused).
+    buffer = [] if access.user_only else ["-m", "8M"]
+    # --no-buildid(-cache): perf opens no binary (the toolset reads them safely, later);
+    # --no-bpf-event: no BPF program events to synthesize (0.6 s of perf's start here).
+    return [perf, "record", *events, *callgraph, "--no-buildid", "--no-buildid-cache",
+            "--no-bpf-event", *buffer, "-p", str(options.target.pid), "-o", data, "--",
             "sleep", f"{options.seconds:g}"]
 
 
@@ -370,6 +380,7 @@ def run_perf(options: Options, work: str) -> Run:
         raise RecordingFailed("no-tool", "perf is not installed in this toolset image: use the "
                                          "toolset or toolset-slim image")
     target = options.target
+    began = time.monotonic()
     access = perf_access(target)
     if access.user_only and options.type != "cpu":
         raise RecordingFailed(
@@ -392,6 +403,7 @@ def run_perf(options: Options, work: str) -> Run:
     command = perf_command(perf, options, access, data, frame_pointers)
     options.progress(f"recording {options.seconds:g} s at {options.frequency} Hz "
                      f"({options.type}): {' '.join(command)}")
+    recording_started = time.monotonic()
     recorder = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
     common.wait_with_progress(options.seconds, "recording", recorder)
@@ -429,6 +441,10 @@ def run_perf(options: Options, work: str) -> Run:
         "user_only": access.user_only,
         "perf_map_entries": len(perf_map) if perf_map else 0,
         "unwind_seconds": round(time.monotonic() - started, 3),
+        # Where the time went: before perf started, perf (the recording and its exit), after.
+        "timings": {"prepare": round(recording_started - began, 3),
+                    "perf": round(started - recording_started, 3),
+                    "unwind": round(time.monotonic() - started, 3)},
         "tools": {"perf": tool_version([perf, "version"])},
     }
     return Run(folded, meta, warnings)
@@ -532,12 +548,13 @@ def run_pyspy(options: Options, work: str) -> Run:
                                             f"({common.printable(last[0])}): " + attached_hint())
         raise RecordingFailed("tool-failed", f"py-spy failed: {common.printable(last[0])}")
     folded = stacks_unwind.Folded()
+    namer = PyspyNamer(target.pid)
     with open(out, encoding="utf-8", errors="replace") as handle:
         for line in handle:
             stack, _, count = line.rstrip("\n").rpartition(" ")
             if not stack or not count.isdigit():
                 continue
-            frames = [pyspy_frame(name) for name in stack.split(";")]
+            frames = [namer(name) for name in stack.split(";")]
             frames.reverse()  # leaf first, as the unwinder's
             folded.add(frames, int(count))
     meta: dict[str, Any] = {
@@ -548,6 +565,36 @@ def run_pyspy(options: Options, work: str) -> Run:
         "tools": {"py-spy": tool_version([pyspy, "--version"])},
     }
     return Run(folded, meta, [])
+
+
+PYSPY_ADDRESS = re.compile(r"^0x([0-9a-f]{1,16}) \(([^()]*)\)$")
+
+
+class PyspyNamer:
+    """py-spy's frames; the native ones it could not name (`0x7f... (libc.so.6)`: a static
+    function, no .dynsym entry) named by this toolset's symbolizer, which also reads the
+    image's debug symbols by build-id (libc6-dbg)."""
+
+    def __init__(self, pid: int) -> None:
+        self.opener = BinaryOpener(pid)
+        maps = []
+        for line in (common.read_text(f"/proc/{pid}/maps") or "").splitlines():
+            parts = line.split(None, 5)
+            if len(parts) == 6 and "x" in parts[1] and parts[5].startswith("/"):
+                start, end = (int(part, 16) for part in parts[0].split("-"))
+                maps.append(perf_data.Mapping(pid, start, end, int(parts[2], 16), parts[5],
+                                              int(parts[4]), prot=5))
+        self.unwinder = stacks_unwind.Unwinder(maps, self.opener, None, None)
+
+    def __call__(self, text: str) -> stacks_unwind.Frame:
+        match = PYSPY_ADDRESS.match(text)
+        if match:
+            address = int(match.group(1), 16)
+            # A return address points after its call (as in the unwinder).
+            frame = self.unwinder.name_at(address - 1, self.unwinder.mapping(address - 1))
+            if frame.named:
+                return frame
+        return pyspy_frame(text)
 
 
 def pyspy_frame(text: str) -> stacks_unwind.Frame:

@@ -36,6 +36,14 @@ MAX_NAME = 2048  # longer names (a hostile map line) are cut: a frame is not a d
 KERNEL_SUFFIX = "_[k]"  # flamegraph.pl's mark for kernel frames
 CALLEE_SAVED = {3, RBP, 12, 13, 14, 15}
 
+# Python >= 3.12's perf trampolines (`py::NAME:FILE` in the perf map) keep no frame pointer and
+# have no CFI, but all have one shape (CPython's Python/asm_trampoline.S, x86_64: `sub $8,%rsp;
+# call *%rcx; add $8,%rsp; ret`): at the return address of their call, the caller's return
+# address is 16 bytes above the stack pointer, rbp untouched.
+PYTHON_TRAMPOLINE = "py::"
+TRAMPOLINE_ROW = elf_frames.Row(cfa_reg=RSP, cfa_offset=16, cfa_expr=None,
+                                rules={RA: Rule("offset", -8)})
+
 # How a binary's frames were unwound (meta.json `unwinding`).
 CFI = "dwarf-cfi"
 FRAME_POINTER = "frame-pointer"
@@ -212,6 +220,7 @@ class Unwinder:
         self.demangle = demangle or Demangler()
         self.dsos: dict[tuple[str, int], Dso] = {}
         self.kernel_names: dict[int, str] = {}
+        self.names: dict[int, Frame] = {}
 
     # --- addresses -> binaries -------------------------------------------------------------
 
@@ -239,6 +248,13 @@ class Unwinder:
         return dso
 
     def name_at(self, address: int, mapping: perf_data.Mapping | None) -> Frame:
+        """The frame at `address` (cached: a profile hits the same few thousand addresses)."""
+        cached = self.names.get(address)
+        if cached is None:
+            cached = self.names[address] = self._name_at(address, mapping)
+        return cached
+
+    def _name_at(self, address: int, mapping: perf_data.Mapping | None) -> Frame:
         if mapping is None:
             if self.perf_map is not None:
                 jit = self.perf_map.lookup(address)
@@ -319,8 +335,10 @@ class Unwinder:
             if dso.elf is not None and dso.elf.has_cfi:
                 vaddr = dso.elf.vaddr_of_offset(lookup - mapping.start + mapping.pgoff)
                 row = dso.elf.row(vaddr) if vaddr is not None else None
+            elif depth and dso.jit and frames[-1].name.startswith(PYTHON_TRAMPOLINE):
+                row = TRAMPOLINE_ROW
             if row is not None:
-                dso.methods.add(CFI)
+                dso.methods.add("python-trampoline" if row is TRAMPOLINE_ROW else CFI)
                 outcome = self._cfi_step(row, regs, stack)
             else:
                 dso.methods.add(FRAME_POINTER)

@@ -2,9 +2,11 @@
 
 A `pods/ephemeralcontainers` UPDATE adds containers to a running pod (`sidecar-debug attach`,
 `kubectl debug`). Each NEW container that asks for privileges - by the one privilege rule
-(webhook.policy.privilege) applied to its securityContext and hostPath mounts - or that is our
-toolset naming a profile (env SIDECAR_DEBUG_PROFILE) is decided like an injection: profile,
-policy, RBAC, but with the requester's grant only (the pod's service account did not ask for
+(webhook.policy.privilege: beyond Pod Security baseline, the guard's checks) applied to its
+securityContext and hostPath mounts - or that is our toolset naming a profile (env
+SIDECAR_DEBUG_PROFILE) is decided like an injection: profile (one whose toolset goes beyond
+baseline in every way the container does, same fields, same values), policy, RBAC, but with
+the requester's grant only (the pod's service account did not ask for
 it). A refusal denies the whole update, saying why and which `kubectl create rolebinding` would
 allow it. Opt-in and opt-out labels play no part here: a label must not open or close the gate.
 Unprivileged containers that are not our toolset pass untouched.
@@ -30,7 +32,7 @@ from webhook.inject.attach import env_value, is_attached
 from webhook.inject.patch import create_patch
 from webhook.inject.sidecar import session_env, with_session_env
 from webhook.policy.api import PolicyEngine, PolicyRequest
-from webhook.policy.privilege import BASELINE_CAPABILITIES, privilege_reasons
+from webhook.policy.privilege import beyond, extent, privilege_reasons
 from webhook.profiles import Profile
 
 if TYPE_CHECKING:
@@ -136,43 +138,17 @@ def _containers(obj: dict[str, Any], legacy: bool) -> tuple[list[Any], str]:
     return (found if isinstance(found, list) else []), "spec.ephemeralContainers"
 
 
-def _capabilities(security_context: Mapping[str, Any]) -> set[str]:
-    capabilities = security_context.get("capabilities")
-    added = capabilities.get("add") if isinstance(capabilities, dict) else None
-    return {str(c).removeprefix("CAP_") for c in (added if isinstance(added, list) else [])}
-
-
 def uncovered(
     profile: Profile, security_context: Mapping[str, Any], host_paths: list[str]
-) -> list[str]:
-    """What the container asks for beyond `profile`'s own securityContext and hostPaths."""
-    granted = profile.security_context
-    if granted.get("privileged"):
-        return []
-    missing: list[str] = []
-    if security_context.get("privileged"):
-        missing.append("privileged")
-    beyond = _capabilities(security_context) - BASELINE_CAPABILITIES - _capabilities(granted)
-    if beyond:
-        missing.append("capabilities " + ", ".join(sorted(beyond)))
-    seccomp = security_context.get("seccompProfile")
-    granted_seccomp = granted.get("seccompProfile")
-    if (
-        isinstance(seccomp, dict)
-        and seccomp.get("type") == "Unconfined"
-        and not (isinstance(granted_seccomp, dict) and granted_seccomp.get("type") == "Unconfined")
-    ):
-        missing.append("seccomp Unconfined")
-    if (
-        security_context.get("allowPrivilegeEscalation") is True
-        and granted.get("allowPrivilegeEscalation") is False
-    ):
-        missing.append("allowPrivilegeEscalation")
-    allowed_paths = {h.path for h in profile.host_paths}
-    outside = [path for path in host_paths if path not in allowed_paths]
-    if outside:
-        missing.append("hostPath " + ", ".join(outside))
-    return missing
+) -> tuple[str, ...]:
+    """What the container asks for beyond `profile`'s own securityContext and hostPaths, by
+    the one privilege rule (Pod Security baseline, as the guard checks it)."""
+    return beyond(
+        security_context,
+        host_paths,
+        profile.security_context,
+        [h.path for h in profile.host_paths],
+    )
 
 
 def covering_profile(
@@ -189,11 +165,7 @@ def covering_profile(
         return None
     return min(
         candidates,
-        key=lambda p: (
-            bool(p.security_context.get("privileged")),
-            len(_capabilities(p.security_context)),
-            len(p.host_paths),
-        ),
+        key=lambda p: extent(p.security_context, [h.path for h in p.host_paths]),
     )
 
 

@@ -1,55 +1,70 @@
-"""The namespace opt-in gate: a validating check on labelling a namespace for injection."""
+"""The namespace-label gates: validating checks on the labels that open a namespace to injection
+(`/validate-namespace`) and that put it under the guard (`/validate-namespace-guard`)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from webhook import constants
 from webhook.admission import review as admission
+from webhook.config import Settings
+from webhook.guard.pss import LEVELS
 from webhook.inject import shape
 from webhook.policy.gate import PolicyGate
 
 log = logging.getLogger(__name__)
 
+# (allowed, reason, message) for the requester, the namespace and what the change does.
+Decide = Callable[[Mapping[str, Any], str, str], tuple[bool, str, str]]
 
-def review_namespace(request: admission.Request, engine: PolicyGate) -> admission.Review:
-    """Validating check on namespaces: only subjects with `use` on debugprofiles
-    `namespace-opt-in` may add the opt-in label or change it to the enabled value."""
-    settings = engine.settings
+
+def _labels(obj: Any) -> dict[str, str]:
+    labels = ((obj or {}).get("metadata") or {}).get("labels")
+    return labels if isinstance(labels, dict) else {}
+
+
+def _unreadable(request: admission.Request) -> admission.Review | None:
+    """A 400 answer for a review the apiserver never sends (a client calling directly can)."""
     problem = (
         shape.problem(request, shape.ENVELOPE, "request")
         or shape.problem(request.get("object"), shape.NAMESPACE, "request.object")
         or shape.problem(request.get("oldObject"), shape.NAMESPACE, "request.oldObject")
     )
-    if problem is not None:
-        # The apiserver never sends such a review; a client calling the webhook directly can.
-        uid = request.get("uid")
-        return admission.build_response(
-            {"uid": uid if isinstance(uid, str) else ""},
-            allowed=False,
-            code=400,
-            message=f"sidecar-debug cannot read the namespace review: {problem}",
-        )
-    operation = request.get("operation")
+    if problem is None:
+        return None
+    uid = request.get("uid")
+    return admission.build_response(
+        {"uid": uid if isinstance(uid, str) else ""},
+        allowed=False,
+        code=400,
+        message=f"sidecar-debug cannot read the namespace review: {problem}",
+    )
+
+
+def _name(request: admission.Request) -> str:
     new = request.get("object") or {}
-    old = request.get("oldObject") or {}
-    key, enabled = settings.label_key, settings.label_enabled
-    new_value = ((new.get("metadata") or {}).get("labels") or {}).get(key)
-    old_value = ((old.get("metadata") or {}).get("labels") or {}).get(key)
-    if operation not in ("CREATE", "UPDATE") or new_value != enabled or old_value == enabled:
-        return admission.build_response(request, allowed=True)
-    namespace = str((new.get("metadata") or {}).get("name") or request.get("name") or "")
+    return str((new.get("metadata") or {}).get("name") or request.get("name") or "")
+
+
+def _decide(
+    request: admission.Request, event: str, change: str, decide: Decide
+) -> admission.Review:
+    """Ask `decide` whether the requester may make `change`; log, audit and answer."""
+    namespace = _name(request)
     user = request.get("userInfo") or {}
-    allowed, reason, message = engine.may_opt_in_namespace(user, namespace)
+    allowed, reason, message = decide(user, namespace, change)
     audit = {
         constants.AUDIT_DECISION: "allow" if allowed else "deny",
         constants.AUDIT_REASON: reason,
     }
     log.info(
-        "namespace opt-in %s",
+        "%s %s",
+        event,
         "allowed" if allowed else "denied",
         extra={
-            "event": "namespace-opt-in",
+            "event": event,
             "namespace": namespace,
             "decision": reason,
             "user": user.get("username", ""),
@@ -58,3 +73,78 @@ def review_namespace(request: admission.Request, engine: PolicyGate) -> admissio
     if allowed:
         return admission.build_response(request, allowed=True, audit=audit)
     return admission.build_response(request, allowed=False, code=403, message=message, audit=audit)
+
+
+def review_namespace(request: admission.Request, engine: PolicyGate) -> admission.Review:
+    """Validating check on namespaces: only subjects with `use` on debugprofiles
+    `namespace-opt-in` may add the opt-in label or change it to the enabled value."""
+    unreadable = _unreadable(request)
+    if unreadable is not None:
+        return unreadable
+    settings = engine.settings
+    key, enabled = settings.label_key, settings.label_enabled
+    new_value = _labels(request.get("object")).get(key)
+    old_value = _labels(request.get("oldObject")).get(key)
+    if (
+        request.get("operation") not in ("CREATE", "UPDATE")
+        or new_value != enabled
+        or old_value == enabled
+    ):
+        return admission.build_response(request, allowed=True)
+    return _decide(
+        request,
+        "namespace-opt-in",
+        "",
+        lambda user, namespace, _: engine.may_opt_in_namespace(user, namespace),
+    )
+
+
+def guard_change(settings: Settings, old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    """How a change of namespace labels changes what the guard holds: the guard label added,
+    changed or removed, or the opt-in label removed from a namespace it alone put under the
+    guard. Empty when the guard holds the namespace as before."""
+    old_level, new_level = old.get(constants.LABEL_GUARD), new.get(constants.LABEL_GUARD)
+    if old_level != new_level:
+        if new_level is None:
+            return f"removing {constants.LABEL_GUARD}={old_level}"
+        if old_level is None:
+            return f"adding {constants.LABEL_GUARD}={new_level}"
+        return f"changing {constants.LABEL_GUARD} from {old_level} to {new_level}"
+    opt_in = f"{settings.label_key}={settings.label_enabled}"
+    opted_in = old.get(settings.label_key) == settings.label_enabled
+    if opted_in and new.get(settings.label_key) != settings.label_enabled and new_level is None:
+        # Un-guarded: whatever Pod Security was relaxed to there for the debug sidecar now
+        # holds for every pod, and the running sidecars' annotations lose their owner check.
+        return f"removing {opt_in} (which leaves the namespace unguarded)"
+    return ""
+
+
+def review_namespace_guard(request: admission.Request, engine: PolicyGate) -> admission.Review:
+    """Validating check on namespaces: only subjects with `use` on debugprofiles
+    `namespace-guard` may add, change or remove the guard label, or remove the opt-in label
+    where that leaves the namespace unguarded. A guard label naming no level is refused."""
+    unreadable = _unreadable(request)
+    if unreadable is not None:
+        return unreadable
+    settings = engine.settings
+    if request.get("operation") not in ("CREATE", "UPDATE"):
+        return admission.build_response(request, allowed=True)
+    new = _labels(request.get("object"))
+    change = guard_change(settings, _labels(request.get("oldObject")), new)
+    if not change:
+        return admission.build_response(request, allowed=True)
+    name = _name(request)
+    if settings.namespace_excluded(name) or name in settings.guard_exempt_namespaces:
+        return admission.build_response(request, allowed=True)
+    level = new.get(constants.LABEL_GUARD)
+    if level is not None and level not in LEVELS:
+        return admission.build_response(
+            request,
+            allowed=False,
+            code=400,
+            message=(
+                f"{constants.LABEL_GUARD} must name a Pod Security level "
+                f"({' or '.join(LEVELS)}), got {level!r}; fix the label"
+            ),
+        )
+    return _decide(request, "namespace-guard", change, engine.may_change_namespace_guard)

@@ -1,4 +1,4 @@
-"""`sidecar-debug`: serve, inject, certs, policy, the session commands and render."""
+"""`sidecar-debug`: serve, inject, guard, certs, policy, the session commands and render."""
 
 from __future__ import annotations
 
@@ -23,11 +23,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"sidecar-debug {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    from webhook.commands import guard as guard_cli
     from webhook.commands import inject as inject_cli
     from webhook.commands import serve as serve_cli
 
-    for module in (serve_cli, inject_cli, certs_cli, policy_cli, session_cli, results_cli,
-                   controller_cli, render_cli):
+    for module in (serve_cli, inject_cli, guard_cli, certs_cli, policy_cli, session_cli,
+                   results_cli, controller_cli, render_cli):
         module.register(subparsers)
     return parser
 

@@ -26,6 +26,8 @@ class ExitRule:
 ERRORS: dict[str, ExitRule] = {
     "webhook.policy.loader.PolicyError": ExitRule(EXIT_USAGE, "invalid policy"),
     "webhook.errors.SettingsError": ExitRule(EXIT_USAGE, "invalid settings"),
+    "webhook.results.export.settings.ExportSettingsError": ExitRule(EXIT_USAGE,
+                                                                    "invalid export settings"),
     "webhook.kube.client.KubeConfigError": ExitRule(EXIT_USAGE, "Kubernetes configuration"),
     "webhook.inject.workloads.InjectError": ExitRule(EXIT_FAILED, ""),
     "webhook.render.inputs.InputError": ExitRule(EXIT_USAGE, ""),

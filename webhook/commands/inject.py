@@ -195,26 +195,41 @@ def inject_bytes(
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
+def offline_settings(args: argparse.Namespace) -> Settings | None:
+    """The settings of an offline command (--config, --toolset-image); None, said on stderr,
+    when they are invalid."""
     try:
-        settings = load_settings(args.config, overrides={"toolset_image": args.toolset_image})
+        return load_settings(args.config, overrides={"toolset_image": args.toolset_image})
     except SettingsError as exc:
         print(f"sidecar-debug: invalid settings: {exc}", file=sys.stderr)
+        return None
+
+
+def read_input(filename: str) -> tuple[str, bytes] | None:
+    """(the name messages use, the bytes) of -f FILE or - (stdin); None, said on stderr, when
+    it cannot be read."""
+    try:
+        if filename == "-":
+            return "<stdin>", sys.stdin.buffer.read()
+        with open(filename, "rb") as handle:
+            return filename, handle.read()
+    except OSError as exc:
+        print(f"sidecar-debug: cannot read {filename}: {exc.strerror}", file=sys.stderr)
+        return None
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = offline_settings(args)
+    if settings is None:
         return EXIT_USAGE
     usage = check_options(settings, args.profile, args.runtime)
     if usage is not None:
         print(f"sidecar-debug: inject: {usage}", file=sys.stderr)
         return EXIT_USAGE
-    name = "<stdin>" if args.filename == "-" else args.filename
-    try:
-        if args.filename == "-":
-            data = sys.stdin.buffer.read()
-        else:
-            with open(args.filename, "rb") as handle:
-                data = handle.read()
-    except OSError as exc:
-        print(f"sidecar-debug: cannot read {args.filename}: {exc.strerror}", file=sys.stderr)
+    found = read_input(args.filename)
+    if found is None:
         return EXIT_FAILED
+    name, data = found
     return inject_bytes(
         data,
         name,

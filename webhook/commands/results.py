@@ -209,6 +209,8 @@ def _prune(args: argparse.Namespace) -> int:
 
 
 def _service(args: argparse.Namespace) -> int:
+    import os
+
     from webhook import logs
     from webhook.config import load_settings
     from webhook.controller import metrics as controller_metrics
@@ -216,6 +218,7 @@ def _service(args: argparse.Namespace) -> int:
     from webhook.policy.gate import load_policy_engine
     from webhook.results import metrics
     from webhook.results.auth import Authenticator, ReviewAPI
+    from webhook.results.export import Exporters
     from webhook.results.mirror import cluster_mirrors
     from webhook.results.planner import Planner
     from webhook.results.service import Retention, Service, create_service_app
@@ -235,6 +238,8 @@ def _service(args: argparse.Namespace) -> int:
         return 2
     settings = load_settings(args.config, overrides={"policy_path": args.policy})
     logs.configure(args.log_level or settings.log_level)
+    # results.export (ExportSettingsError: one line, exit 2, before any wait or cluster access)
+    exporters = Exporters.from_environ(os.environ, registry=metrics.REGISTRY)
     problem = _wait_for_pair(args.tls_cert_file, args.tls_key_file, args.tls_wait)
     if problem:
         print(f"sidecar-debug results service: no usable serving certificate after "
@@ -243,11 +248,10 @@ def _service(args: argparse.Namespace) -> int:
     reviewer = ReviewAPI(args.kubeconfig, args.context)
     gate = load_policy_engine(settings, reviewer)
     pods, namespaces = cluster_mirrors(api_client(args.kubeconfig, args.context))
-    import os
-
     service = Service(args.dir, Authenticator(reviewer, args.audience),
                       Planner(settings, gate, args.dir, max_concurrent=args.max_concurrent_runs),
-                      pods, namespaces, Retention.from_environment(os.environ))
+                      pods, namespaces, Retention.from_environment(os.environ),
+                      exporters=exporters)
     app = create_service_app(service)
 
     def start(worker: object) -> None:

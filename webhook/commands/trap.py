@@ -111,7 +111,7 @@ def trap(session: sessions.Session, args: argparse.Namespace) -> int:
                              force=args.force, container=container)
     if not args.keep_remote:
         session.remove_remote(out, container=container)
-    sys.stdout.write(contents["summary.txt"].decode(errors="replace"))
+    sys.stdout.write(copyback.terminal_text(contents["summary.txt"]))
     sys.stdout.write(f"folded stacks: {destinations['stacks.folded']}\n"
                      f"perf data:     {destinations['perf.data']}\n")
     if args.results_dir is not None:
@@ -127,16 +127,14 @@ def store_run(results_dir: Path, namespace: str, pod: str, folded_text: str,
     from webhook.results.store import Store, StoreError
 
     try:
-        trigger: Any = json.loads(trigger_json)
-    except ValueError:
-        trigger = {}
-    trigger = trigger if isinstance(trigger, dict) else {}
-    when = trigger.get("time")
-    started = (datetime.fromtimestamp(when, UTC) if isinstance(when, int | float)
-               else datetime.now(UTC))
-    window = (trigger.get("secondsBefore") or 0) + (trigger.get("secondsAfter") or 0)
-    meta = {"trigger": "trap", "container": container, "duration": window or None,
-            "frequency": trigger.get("frequency"),
+        trigger = parse_trigger(trigger_json)
+    except TriggerError as error:
+        raise sessions.SessionError(f"not stored in {results_dir}: the pod's trigger.json is not "
+                                    f"what trap writes: {error}") from error
+    started = datetime.fromtimestamp(trigger["time"], UTC)
+    meta = {"trigger": "trap", "container": container,
+            "duration": trigger["secondsBefore"] + trigger["secondsAfter"],
+            "frequency": trigger["frequency"],
             "trap": {key: trigger.get(key) for key in ("metric", "threshold", "value",
                                                         "source", "secondsBefore")}}
     try:
@@ -145,6 +143,69 @@ def store_run(results_dir: Path, namespace: str, pod: str, folded_text: str,
     except StoreError as error:
         raise sessions.SessionError(f"storing the run in {results_dir}: {error}") from error
     return run.id
+
+
+# --- trigger.json: written in the pod, so checked field by field ---------------------------------
+
+MAX_TRIGGER_BYTES = 4096
+LATEST_TIME = float(1 << 32)  # 2106: beyond it a timestamp is not a trigger time
+# field: (smallest, largest, integer); toolset/bin/trap writes all of them
+_TRIGGER_NUMBERS = {
+    "time": (0.0, LATEST_TIME, False),
+    "threshold": (0.0, 1e6, False),
+    "value": (0.0, 1e6, False),
+    "secondsBefore": (0.0, 86400.0, False),
+    "secondsAfter": (0.0, 86400.0, False),
+    "frequency": (1, 1_000_000, True),
+}
+_TRIGGER_METRICS = ("cpu", "psi-some")
+MAX_SOURCE = 200
+
+
+def _in_range(value: Any, low: float, high: float, integer: bool) -> bool:
+    """A JSON number within [low, high]; NaN and infinities compare false, so they fail too
+    (no math.isfinite: it overflows on a 400-digit integer)."""
+    if isinstance(value, bool) or not isinstance(value, int if integer else int | float):
+        return False
+    return bool(low <= value <= high)
+
+
+class TriggerError(ValueError):
+    """trigger.json is not what toolset/bin/trap writes; the message says which field and why."""
+
+
+def parse_trigger(data: bytes) -> dict[str, Any]:
+    """The fields of trigger.json that the run keeps, type- and range-checked."""
+    from webhook.inject.shape import type_name_with_article
+
+    if len(data) > MAX_TRIGGER_BYTES:
+        raise TriggerError(f"{len(data)} bytes, more than {MAX_TRIGGER_BYTES}")
+    try:
+        raw: Any = json.loads(data)
+    except (ValueError, RecursionError) as error:
+        raise TriggerError(f"not JSON ({str(error).splitlines()[0][:120]})") from error
+    if not isinstance(raw, dict):
+        raise TriggerError(f"expected an object, got {type_name_with_article(raw)}")
+    trigger: dict[str, Any] = {}
+    for key, (low, high, integer) in _TRIGGER_NUMBERS.items():
+        value = raw.get(key)
+        if not _in_range(value, low, high, integer):
+            kind = "an integer" if integer else "a number"
+            shown = (repr(value)[:40] if isinstance(value, int | float)
+                     and not isinstance(value, bool) else type_name_with_article(value))
+            raise TriggerError(f"{key}: expected {kind} from {low:g} to {high:g}, got {shown}")
+        trigger[key] = value
+    metric = raw.get("metric")
+    if metric not in _TRIGGER_METRICS:
+        shown = repr(metric)[:40] if isinstance(metric, str) else type_name_with_article(metric)
+        raise TriggerError(f"metric: expected one of {', '.join(_TRIGGER_METRICS)}, got {shown}")
+    trigger["metric"] = metric
+    source = raw.get("source", "")
+    if not isinstance(source, str) or len(source) > MAX_SOURCE or not source.isprintable():
+        raise TriggerError(f"source: expected printable text of at most {MAX_SOURCE} "
+                           "characters")
+    trigger["source"] = source
+    return trigger
 
 
 def _trap(args: argparse.Namespace) -> int:

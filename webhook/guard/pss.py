@@ -173,8 +173,11 @@ class Finding:
 @dataclass(frozen=True)
 class Exemption:
     """What the caller exempts: containers by (kind, name) and volumes by name. An exempted
-    container is not checked at all; an exempted volume passes the volume checks. Pod-level
-    fields and annotations are always checked."""
+    container is not checked at all, nor are the seccomp and AppArmor annotations Kubernetes
+    writes from its own fields (1.19+ copies a container's seccompProfile into
+    `container.seccomp.security.alpha.kubernetes.io/NAME`): an annotation that says anything
+    else about it is still checked. An exempted volume passes the volume checks. Pod-level
+    fields and the pod's annotations are always checked."""
 
     containers: frozenset[tuple[str, str]] = frozenset()
     volumes: frozenset[str] = frozenset()
@@ -290,6 +293,8 @@ class _Pod:
     windows: bool = False
     user_namespace: bool = False
     malformed: list[Violation] = field(default_factory=list)
+    # The securityContext of each exempted container, by name: the annotations it implies.
+    exempted: dict[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def mapping(self, value: Any, path: str) -> Mapping[str, Any]:
         if value is None:
@@ -368,6 +373,8 @@ def _read(pod: Any, exempt: Exemption) -> _Pod:
                     )
                 )
             elif (kind, ref.name) in exempt.containers:
+                security = container.get("securityContext")
+                view.exempted[ref.name] = security if isinstance(security, Mapping) else {}
                 continue
             security = view.mapping(container.get("securityContext"), f"{path}.securityContext")
             view.containers.append(_Container(ref, container, security))
@@ -550,6 +557,27 @@ def check_host_ports(pod: _Pod) -> Finding | None:
     return _finding(check, reason, detail, found)
 
 
+def _annotation_of(profile: Any) -> str | None:
+    """The annotation value Kubernetes writes for a seccompProfile or appArmorProfile field
+    (`unconfined`, `runtime/default`, `localhost/NAME`)."""
+    if not isinstance(profile, Mapping):
+        return None
+    kind = profile.get("type")
+    if kind == "Localhost":
+        name = profile.get("localhostProfile")
+        return f"localhost/{name}" if isinstance(name, str) else None
+    return {"Unconfined": "unconfined", "RuntimeDefault": "runtime/default"}.get(str(kind))
+
+
+def _written_for_exempted(pod: _Pod, key: str, prefix: str, field_name: str, value: Any) -> bool:
+    """The container annotation `key` is what Kubernetes wrote from an exempted container's own
+    `field_name` (so it says nothing the exempted field does not)."""
+    if not key.startswith(prefix):
+        return False
+    security = pod.exempted.get(key[len(prefix) :])
+    return security is not None and value == _annotation_of(security.get(field_name))
+
+
 def _annotation_path(key: str) -> str:
     return f"metadata.annotations[{quote(key)}]"
 
@@ -594,6 +622,8 @@ def check_app_armor(pod: _Pod) -> Finding | None:
             value in ("", "runtime/default") or value.startswith("localhost/")
         ):
             continue
+        if _written_for_exempted(pod, key, APPARMOR_ANNOTATION_PREFIX, "appArmorProfile", value):
+            continue
         annotations.append(f"{key}={shown(value)}")
         text = f"annotation {quote(key)} must not set AppArmor profile {shown(value)}"
         found.append(_violation(check, "", _annotation_path(key), text, value, None))
@@ -619,7 +649,8 @@ def check_selinux(pod: _Pod) -> Finding | None:
         nonlocal user, role
         who = "pod" if owner is None else f"container {quote(owner.name)}"
         bad = False
-        kind = options.get("type", "")
+        kind = options.get("type")
+        kind = "" if kind is None else kind  # null is absent, as in the API
         if not (isinstance(kind, str) and kind in SELINUX_TYPES):
             types.add(_text(kind))
             text = f"{who} must not set securityContext.seLinuxOptions.type to {shown(kind)}"
@@ -694,6 +725,10 @@ def _seccomp_annotations(pod: _Pod, check: str) -> tuple[list[Violation], list[s
             continue
         if isinstance(value, str) and (
             value in ("runtime/default", "docker/default") or value.startswith("localhost/")
+        ):
+            continue
+        if _written_for_exempted(
+            pod, key, SECCOMP_CONTAINER_ANNOTATION_PREFIX, "seccompProfile", value
         ):
             continue
         shown_values.append(f"{key}={shown(value)}")

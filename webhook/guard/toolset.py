@@ -47,13 +47,19 @@ from webhook.config import Settings
 from webhook.guard.pss import ContainerRef, Violation, quote, shown
 from webhook.inject.attach import build_attach_container, env_value, is_attached
 from webhook.inject.shape import type_name_with_article
-from webhook.inject.sidecar import InjectionPlan, app_containers, build_sidecar, results_env
+from webhook.inject.sidecar import (
+    SESSION_FACTS,
+    InjectionPlan,
+    app_containers,
+    build_sidecar,
+    results_env,
+)
+from webhook.inject.status import read_status
 from webhook.profiles import Profile
 
 SERVICE_ACCOUNT_MOUNT: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"
 PROBE_DEFAULTS: Final = {"timeoutSeconds": 1, "successThreshold": 1}
-FACTS: Final = (constants.ENV_GRANT, constants.ENV_SESSION_STARTED, constants.ENV_SESSION_DEADLINE)
 _RFC3339_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _GRANT_MAX = 512
@@ -152,7 +158,7 @@ def _env_problem(actual: Any, expected: list[dict[str, Any]]) -> str | None:
     seen: set[str] = set()
     for item in actual:
         name = item.get("name") if isinstance(item, Mapping) else None
-        if name in FACTS:
+        if name in SESSION_FACTS:
             if name in seen:
                 return f"env {name} is set twice"
             seen.add(str(name))
@@ -197,23 +203,38 @@ def _security_problem(actual: Any, expected: Any) -> str | None:
     return f"its securityContext differs from the profile's ({', '.join(differing[:4])})"
 
 
-def _results_token_problem(mount: Mapping[str, Any], volume: Mapping[str, Any],
-                           settings: Settings) -> str | None:
+def _results_token_problem(
+    mount: Mapping[str, Any], volume: Mapping[str, Any], settings: Settings
+) -> str | None:
     """Why a mount at the results token directory is not the one the webhook adds."""
-    wanted = [{"serviceAccountToken": {"audience": settings.results_audience,
-                                       "expirationSeconds": settings.results_token_seconds,
-                                       "path": constants.RESULTS_TOKEN_FILE}}]
+    wanted = [
+        {
+            "serviceAccountToken": {
+                "audience": settings.results_audience,
+                "expirationSeconds": settings.results_token_seconds,
+                "path": constants.RESULTS_TOKEN_FILE,
+            }
+        }
+    ]
     projected = _mapping(volume.get("projected"))
-    if not settings.results_url or mount.get("readOnly") is not True or \
-            set(volume) - {"name", "projected"} or \
-            set(projected) - {"sources", "defaultMode"} or projected.get("sources") != wanted:
+    if (
+        not settings.results_url
+        or mount.get("readOnly") is not True
+        or set(volume) - {"name", "projected"}
+        or set(projected) - {"sources", "defaultMode"}
+        or projected.get("sources") != wanted
+    ):
         return f"its mount at {constants.RESULTS_TOKEN_DIR} is not the results token"
     return None
 
 
 def _results_ca_problem(value: Any) -> str | None:
-    if not isinstance(value, str) or len(value) > 65536 or \
-            "-----BEGIN CERTIFICATE-----" not in value or not value.isascii():
+    if (
+        not isinstance(value, str)
+        or len(value) > 65536
+        or "-----BEGIN CERTIFICATE-----" not in value
+        or not value.isascii()
+    ):
         return f"its {constants.ENV_RESULTS_CA} is not a PEM certificate bundle"
     return None
 
@@ -260,8 +281,7 @@ def _mounts(
         problem = _results_token_problem(token, _mapping(volumes.get(str(name))), settings)
         if problem:
             return [], (), problem
-        expected.append({"name": name, "mountPath": constants.RESULTS_TOKEN_DIR,
-                         "readOnly": True})
+        expected.append({"name": name, "mountPath": constants.RESULTS_TOKEN_DIR, "readOnly": True})
     by_path.pop(SERVICE_ACCOUNT_MOUNT, None)  # checked by _compare
     if by_path:
         return [], (), f"it mounts {', '.join(sorted(by_path)[:3])}, which the profile does not"
@@ -426,25 +446,18 @@ def _app_spec(pod: Any) -> dict[str, Any]:
 
 
 def _status_claim(pod: Any) -> tuple[bool, str, str, str]:
-    """(the annotation is there, its problem, the container it names, its profile)."""
-    import json
-
-    metadata = _mapping(_mapping(pod).get("metadata"))
-    raw = _mapping(metadata.get("annotations")).get(constants.ANNOTATION_STATUS)
-    if raw is None:
+    """(the annotation is there, why it is not sidecar-debug's status, the container it names,
+    its profile); a standby status names no container."""
+    reading = read_status(_mapping(pod))
+    if not reading.present:
         return False, "", "", ""
-    try:
-        status = json.loads(raw) if isinstance(raw, str) else None
-    except (ValueError, RecursionError):
-        status = None
-    if not isinstance(status, dict):
-        return True, "it is not sidecar-debug's status (a JSON object)", "", ""
-    if status.get("mode") == constants.MODE_STANDBY:
+    if reading.status is None:
+        return True, f"it is not sidecar-debug's status ({reading.problem})", "", ""
+    if reading.status.standby:
         return True, "", "", ""
-    container, profile = status.get("container"), status.get("profile")
-    if not isinstance(container, str) or not container or not isinstance(profile, str):
-        return True, "it names no container and profile", "", ""
-    return True, "", container, profile
+    if not reading.status.profile:
+        return True, "it names no profile", "", ""
+    return True, "", reading.status.container, reading.status.profile
 
 
 def verify_toolsets(

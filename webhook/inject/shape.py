@@ -210,44 +210,64 @@ def _fits(value: Any, shape: str) -> bool:
     return isinstance(value, dict)  # OBJECT
 
 
-def _problem(value: Any, shape: Shape, path: str) -> str | None:
+# A path as built while walking: the parent's path and this step (a field name, a list index or
+# a map key), formatted only when a problem is found (a large pod has thousands of fields, and
+# formatting every map key's path was most of a review's shape check).
+Path = tuple[Any, ...] | None
+
+
+def _format(path: Path) -> str:
+    steps: list[str] = []
+    while path is not None:
+        parent, kind, step = path
+        steps.append(
+            f"[{step}]" if kind == "index"
+            else _key(str(step)) if kind == "key"
+            else f".{step}" if parent is not None
+            else str(step)
+        )
+        path = parent
+    return "".join(reversed(steps))
+
+
+def _problem(value: Any, shape: Shape, path: Path) -> str | None:
     """The first way `value` does not fit `shape` (`value` is not None here)."""
     if isinstance(shape, str):
         if _fits(value, shape):
             return None
-        return f"{path} must be {_ARTICLE[shape]}, got {type_name(value)}"
+        return f"{_format(path)} must be {_ARTICLE[shape]}, got {type_name(value)}"
     if isinstance(shape, tuple):
         kind, inner = shape
         if kind == "list":
             if not isinstance(value, list):
-                return f"{path} must be a list, got {type_name(value)}"
+                return f"{_format(path)} must be a list, got {type_name(value)}"
             for index, item in enumerate(value):
-                found = _item_problem(item, inner, f"{path}[{index}]")
+                found = _item_problem(item, inner, (path, "index", index))
                 if found:
                     return found
             return None
         if not isinstance(value, dict):
-            return f"{path} must be an object, got {type_name(value)}"
+            return f"{_format(path)} must be an object, got {type_name(value)}"
         for key, item in value.items():
-            found = _item_problem(item, inner, f"{path}{_key(str(key))}")
+            found = _item_problem(item, inner, (path, "key", key))
             if found:
                 return found
         return None
     if not isinstance(value, dict):
-        return f"{path} must be an object, got {type_name(value)}"
+        return f"{_format(path)} must be an object, got {type_name(value)}"
     for name, field_shape in shape.items():
         item = value.get(name)
         if item is not None:
-            found = _problem(item, field_shape, f"{path}.{name}" if path else name)
+            found = _problem(item, field_shape, (path, "field", name))
             if found:
                 return found
     return None
 
 
-def _item_problem(item: Any, shape: Shape, path: str) -> str | None:
+def _item_problem(item: Any, shape: Shape, path: Path) -> str | None:
     if item is None:
         kind = shape if isinstance(shape, str) else shape[0] if isinstance(shape, tuple) else OBJECT
-        return f"{path} must be {_ARTICLE[kind]}, got null"
+        return f"{_format(path)} must be {_ARTICLE[kind]}, got null"
     return _problem(item, shape, path)
 
 
@@ -256,4 +276,4 @@ def problem(value: Any, shape: Shape, path: str = "") -> str | None:
     e.g. `spec.containers must be a list, got string`."""
     if value is None:
         return None
-    return _problem(value, shape, path)
+    return _problem(value, shape, (None, "root", path) if path else None)

@@ -212,11 +212,8 @@ def inject_workload(
         )
         return DocumentResult(pod, [outcome])
     path = TEMPLATE_PATHS[kind]
-    parent: Any = document
-    for key in path[:-1]:
-        parent = parent.get(key) if isinstance(parent, dict) else None
-    template = parent.get(path[-1]) if isinstance(parent, dict) else None
-    if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
+    template = _template(document, kind)
+    if template is None:
         problem = f"has no pod template at {'.'.join(path)}.spec"
         return DocumentResult(document, [Outcome(what, "refused", problem)])
     injected, outcome = inject_template(
@@ -230,6 +227,56 @@ def inject_workload(
         target = target[key]
     target[path[-1]] = injected
     return DocumentResult(result, [outcome])
+
+
+@dataclass(frozen=True)
+class PodTemplate:
+    """A pod (template) in a document: `what` names it ("Deployment 'web'"), `path` is its
+    field path prefix in the document ("" for a Pod, "spec.template." for a Deployment,
+    "items[0]." in a List); `pod` is None when there is none where the kind has it (`problem`
+    says why)."""
+
+    what: str
+    path: str
+    pod: dict[str, Any] | None
+    problem: str = ""
+
+
+def _template(document: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    """The pod template of a workload of `kind`, if it has one with a spec."""
+    parent: Any = document
+    for key in TEMPLATE_PATHS[kind]:
+        parent = parent.get(key) if isinstance(parent, dict) else None
+    return parent if isinstance(parent, dict) and isinstance(parent.get("spec"), dict) else None
+
+
+def pod_templates(document: Any, where: str = "", path: str = "") -> list[PodTemplate]:
+    """Every Pod and pod template in `document` (none unless it is a workload), as
+    inject_workload finds them."""
+    if not is_workload(document):
+        return []
+    kind = str(document.get("kind"))
+    what = f"{where}{describe(document)}"
+    if kind == "List":
+        items = document.get("items")
+        if items is None:
+            return []
+        if not isinstance(items, list):
+            return [PodTemplate(what, f"{path}items.", None, "items is not a list")]
+        return [
+            found
+            for i, item in enumerate(items)
+            for found in pod_templates(item, f"{what} items[{i}]: ", f"{path}items[{i}].")
+        ]
+    if kind == "Pod":
+        if not isinstance(document.get("spec"), dict):
+            return [PodTemplate(what, path, None, "has no spec (a mapping)")]
+        return [PodTemplate(what, path, document)]
+    keys = ".".join(TEMPLATE_PATHS[kind])
+    template = _template(document, kind)
+    if template is None:
+        return [PodTemplate(what, path, None, f"has no pod template at {keys}.spec")]
+    return [PodTemplate(what, f"{path}{keys}.", template)]
 
 
 def inject_document(

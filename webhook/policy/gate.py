@@ -44,7 +44,7 @@ from webhook.policy.model import (
     RuleSettings,
     format_duration,
 )
-from webhook.policy.privilege import pod_security_violations
+from webhook.policy.privilege import pod_security_refusal
 from webhook.profiles import Profile
 from webhook.rfc3339 import format_time
 
@@ -732,21 +732,40 @@ class PolicyGate:
         if profile is None:
             return []
         try:
-            level = self.namespace_labels(namespace).get(constants.LABEL_POD_SECURITY_ENFORCE, "")
+            labels = self.namespace_labels(namespace)
         except ClusterAPIError as exc:
             log.debug("no Pod Security check for namespace %s: %s", namespace, exc)
             return []
-        violations = pod_security_violations(
-            profile.security_context, [h.path for h in profile.host_paths], level
+        found: list[str] = []
+        guarded = (labels.get(self.settings.label_key) == self.settings.label_enabled
+                   or constants.LABEL_GUARD in labels)
+        if profile.requires_grant and not guarded:
+            # Pod opt-in in a namespace the guard does not see: whatever Pod Security was
+            # relaxed to there for this sidecar, it is relaxed for every other pod too.
+            found.append(
+                f"namespace {namespace!r} is not guarded by sidecar-debug: if its Pod Security "
+                f"is relaxed for the privileged debug sidecar (profile {profile_name!r}), label "
+                f"it {constants.LABEL_GUARD}=baseline so that every other container stays "
+                "baseline (docs/policy.md, the guard)"
+            )
+        level = labels.get(constants.LABEL_POD_SECURITY_ENFORCE, "")
+        refusal = pod_security_refusal(
+            profile.security_context,
+            {h.name: h.path for h in profile.host_paths},
+            level,
+            self.settings.sidecar_name,
         )
-        if not violations:
-            return []
-        return [
-            f"namespace {namespace!r} enforces Pod Security {level!r}, which rejects the "
-            f"debug sidecar of profile {profile_name!r} ({', '.join(violations)}): the pod "
-            f"will be refused; label the namespace "
-            f"{constants.LABEL_POD_SECURITY_ENFORCE}=privileged or use an unprivileged profile"
-        ]
+        if refusal:
+            found.append(
+                f"namespace {namespace!r} enforces Pod Security {level!r}, which rejects the "
+                f"debug sidecar of profile {profile_name!r} (it {refusal}): the pod "
+                f"will be refused; label the namespace "
+                f"{constants.LABEL_POD_SECURITY_ENFORCE}=privileged (with "
+                f"{self.settings.label_key}={self.settings.label_enabled} or "
+                f"{constants.LABEL_GUARD}=baseline, the guard holds every other container to "
+                "baseline) or use an unprivileged profile"
+            )
+        return found
 
     # -- the namespace-label gate -------------------------------------------------------------
 
@@ -754,41 +773,64 @@ class PolicyGate:
         self, user: Mapping[str, Any], namespace: str
     ) -> tuple[bool, str, str]:
         """(allowed, reason, message) for labelling `namespace` with the opt-in label."""
-        trace: list[str] = []
-        verdict = self._access(
-            user_check(user, namespace, constants.NAMESPACE_OPT_IN_GRANT), trace, [0]
-        )
-        username = str(user.get("username", ""))
         label = f"{self.settings.label_key}={self.settings.label_enabled}"
-        if verdict is True:
-            return (
-                True,
-                "granted-user",
-                f"{username} may open namespace {namespace!r} to debug sidecars",
-            )
-        grant = (
-            f"verb 'use' on debugprofiles.{constants.RBAC_GROUP} "
-            f"{constants.NAMESPACE_OPT_IN_GRANT!r}"
+        return self._may_label_namespace(
+            user,
+            namespace,
+            constants.NAMESPACE_OPT_IN_GRANT,
+            f"labelling namespace {namespace!r} {label}",
+            "opens it to debug sidecar injection",
+            allowed=f"may open namespace {namespace!r} to debug sidecars",
+            binding="opt-in",
         )
+
+    def may_change_namespace_guard(
+        self, user: Mapping[str, Any], namespace: str, change: str
+    ) -> tuple[bool, str, str]:
+        """(allowed, reason, message) for a label change that makes the guard hold `namespace`
+        differently (`change` says how, e.g. "removing sidecar-debug.io/guard=restricted")."""
+        return self._may_label_namespace(
+            user,
+            namespace,
+            constants.NAMESPACE_GUARD_GRANT,
+            f"{change} on namespace {namespace!r}",
+            "changes how the guard holds its pods to Pod Security",
+            allowed=f"may change how the guard holds namespace {namespace!r}",
+            binding="guard",
+        )
+
+    def _may_label_namespace(
+        self,
+        user: Mapping[str, Any],
+        namespace: str,
+        grant_name: str,
+        what: str,
+        effect: str,
+        *,
+        allowed: str,
+        binding: str,
+    ) -> tuple[bool, str, str]:
+        """Whether the requester holds `use` on debugprofiles `grant_name` in `namespace`."""
+        trace: list[str] = []
+        verdict = self._access(user_check(user, namespace, grant_name), trace, [0])
+        username = str(user.get("username", ""))
+        if verdict is True:
+            return True, "granted-user", f"{username} {allowed}"
+        grant = f"verb 'use' on debugprofiles.{constants.RBAC_GROUP} {grant_name!r}"
         if isinstance(verdict, str):
             return (
                 False,
                 "rbac-check-failed",
-                (
-                    f"labelling namespace {namespace!r} {label} needs {grant}, and the check "
-                    f"failed ({verdict}); try again"
-                ),
+                f"{what} needs {grant}, and the check failed ({verdict}); try again",
             )
         return (
             False,
             "no-rbac-grant",
             (
-                f"labelling namespace {namespace!r} {label} opens it to debug sidecar "
-                f"injection and needs {grant}, which {username!r} lacks. A cluster admin can "
-                f"grant it: kubectl create clusterrolebinding "
-                f"sidecar-debug-opt-in-{_dns_safe(username)} "
-                f"--clusterrole={self.role_prefix}{constants.NAMESPACE_OPT_IN_GRANT} "
-                f"--user={username}"
+                f"{what} {effect} and needs {grant}, which {username!r} lacks. A cluster "
+                f"admin can grant it: kubectl create clusterrolebinding "
+                f"sidecar-debug-{binding}-{_dns_safe(username)} "
+                f"--clusterrole={self.role_prefix}{grant_name} --user={username}"
             ),
         )
 

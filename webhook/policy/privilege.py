@@ -1,76 +1,169 @@
-"""The privilege rule, once: whether a profile needs a grant, and what Pod Security rejects."""
+"""The privilege rule, once: a debug profile needs an RBAC grant exactly when its toolset goes
+beyond the Pod Security Standards' baseline level.
+
+It is computed by the guard's own checks (webhook.guard.pss) on the sidecar as built: a pod of
+one container with the profile's securityContext and the profile's hostPath volumes mounted.
+Everything baseline refuses is a reason: privileged, capabilities beyond baseline's list
+(compared as written: `CAP_SYS_ADMIN` and `sys_admin` are beyond it), hostPath volumes, seccomp
+and AppArmor other than RuntimeDefault/Localhost, SELinux types other than the container types
+or any user/role, an unmasked /proc, Windows host processes, and whatever a container or the
+pod could add (host ports, probe hosts, host namespaces, sysctls). Nothing is declared: a
+profile cannot be marked "safe" by mistake, and what the guard exempts for a granted toolset is
+what the grant covers. The ephemeral-container gate asks the same checks which profile covers
+a container (`beyond`). The chart's copy (templates/_helpers.tpl `privilegedProfiles`) must
+agree; tests/chart/test_chart_privilege.py compares the two.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-# Capabilities the Pod Security "baseline" level lets a container add; anything else is a grant.
-BASELINE_CAPABILITIES = frozenset(
-    {
-        "AUDIT_WRITE",
-        "CHOWN",
-        "DAC_OVERRIDE",
-        "FOWNER",
-        "FSETID",
-        "KILL",
-        "MKNOD",
-        "NET_BIND_SERVICE",
-        "SETFCAP",
-        "SETGID",
-        "SETPCAP",
-        "SETUID",
-        "SYS_CHROOT",
+from webhook.guard import pss
+
+# How a reason names each check, then the offending values ("capabilities BPF, SYS_ADMIN"), in
+# this order (the first four as the webhook has always listed them).
+_LABELS = {
+    "privileged": "privileged container",
+    "capabilities_baseline": "capabilities",
+    "hostPathVolumes": "hostPath",
+    "seccompProfile_baseline": "seccomp",
+    "appArmorProfile": "AppArmor",
+    "seLinuxOptions": "SELinux",
+    "procMount": "procMount",
+    "windowsHostProcess": "Windows hostProcess",
+    "hostPorts": "hostPort",
+    "hostNamespaces": "host namespaces",
+    "sysctls": "sysctls",
+    "hostProbesAndHostLifecycle": "probe or lifecycle host",
+    pss.MALFORMED: "invalid",
+}
+_ORDER = {check: index for index, check in enumerate(_LABELS)}
+_NO_VALUES = frozenset({"privileged", "windowsHostProcess"})
+CONTAINER = "toolset"
+
+
+def sidecar_pod(
+    security_context: Mapping[str, Any],
+    host_paths: Sequence[str],
+    name: str = CONTAINER,
+    volume_names: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The part of the sidecar as built that Pod Security reads: its securityContext and the
+    profile's hostPath volumes (named `volume_names`, else host-path-N), mounted read-only."""
+    names = list(volume_names) or [f"host-path-{i}" for i in range(len(host_paths))]
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [
+                {
+                    "name": name,
+                    "image": CONTAINER,
+                    "securityContext": security_context,
+                    "volumeMounts": [
+                        {"name": n, "mountPath": p, "readOnly": True}
+                        for n, p in zip(names, host_paths, strict=True)
+                    ],
+                }
+            ],
+            "volumes": [
+                {"name": n, "hostPath": {"path": p}} for n, p in zip(names, host_paths, strict=True)
+            ],
+        },
     }
-)
+
+
+def _value(violation: pss.Violation) -> str:
+    """The offending value as a reason lists it (`SYS_ADMIN`, `/lib/modules`, `type spc_t`),
+    or for a field of the wrong shape, the field (`securityContext.capabilities`)."""
+    if violation.check == pss.MALFORMED:
+        return violation.field.removeprefix("spec.containers[0].")
+    try:
+        value = json.loads(violation.value) if violation.value else ""
+    except ValueError:
+        value = violation.value
+    if value is None:  # a field that must be set and is not
+        return ""
+    text = value if isinstance(value, str) else violation.value
+    if violation.check == "seLinuxOptions":
+        text = f"{violation.field.rsplit('.', 1)[-1]} {text}"
+    return text
+
+
+def reasons(violations: Sequence[pss.Violation]) -> tuple[str, ...]:
+    """One reason per failed check, in the checks' order: its label and the values found."""
+    found: dict[str, list[str]] = {}
+    for violation in violations:
+        values = found.setdefault(violation.check, [])
+        if violation.check not in _NO_VALUES:
+            value = _value(violation)
+            if value and value not in values:
+                values.append(value)
+    return tuple(
+        (
+            _LABELS.get(check, check)
+            + (
+                " " + ", ".join(sorted(values) if check == "capabilities_baseline" else values)
+                if values
+                else ""
+            )
+        ).strip()
+        for check, values in sorted(found.items(), key=lambda item: _ORDER.get(item[0], 99))
+    )
 
 
 def privilege_reasons(
     security_context: Mapping[str, Any], host_paths: Sequence[str]
 ) -> tuple[str, ...]:
-    """Why a sidecar with this securityContext and these hostPath mounts needs an RBAC grant:
-    privileged, capabilities beyond baseline, hostPath volumes, seccomp Unconfined, privilege
-    escalation. Empty when it stays within Pod Security baseline. The chart's copy
-    (templates/_helpers.tpl) must agree with this function."""
-    reasons: list[str] = []
-    sc = security_context
-    if sc.get("privileged"):
-        reasons.append("privileged container")
-    added = set((sc.get("capabilities") or {}).get("add") or ())
-    beyond = sorted(cap for cap in added if cap.removeprefix("CAP_") not in BASELINE_CAPABILITIES)
-    if beyond:
-        reasons.append("capabilities " + ", ".join(beyond))
-    if host_paths:
-        reasons.append("hostPath " + ", ".join(host_paths))
-    if (sc.get("seccompProfile") or {}).get("type") == "Unconfined":
-        reasons.append("seccomp Unconfined")
-    if sc.get("allowPrivilegeEscalation") is True:
-        reasons.append("allowPrivilegeEscalation")
-    return tuple(reasons)
+    """Why a toolset with this securityContext and these hostPath mounts needs an RBAC grant:
+    what Pod Security `baseline` refuses in it. Empty when it stays within baseline."""
+    return reasons(_baseline(security_context, host_paths))
 
 
-def pod_security_violations(
-    security_context: Mapping[str, Any], host_paths: Sequence[str], level: str
-) -> list[str]:
-    """What in a sidecar with this securityContext and these hostPath mounts a Pod Security
-    `level` namespace would reject."""
-    if level not in ("baseline", "restricted"):
-        return []
-    sc = security_context
-    found: list[str] = []
-    if sc.get("privileged"):
-        found.append("privileged")
-    added = {c.removeprefix("CAP_") for c in (sc.get("capabilities") or {}).get("add") or ()}
-    allowed_caps = BASELINE_CAPABILITIES if level == "baseline" else frozenset({"NET_BIND_SERVICE"})
-    if added - allowed_caps:
-        found.append("capabilities " + ", ".join(sorted(added - allowed_caps)))
-    if host_paths:
-        found.append("hostPath volumes")
-    if level == "restricted":
-        if sc.get("allowPrivilegeEscalation") is not False:
-            found.append("allowPrivilegeEscalation not false")
-        if sc.get("runAsNonRoot") is not True or sc.get("runAsUser") == 0:
-            found.append("runs as root")
-        if "ALL" not in ((sc.get("capabilities") or {}).get("drop") or ()):
-            found.append("capabilities not dropped")
-    return found
+def _baseline(
+    security_context: Mapping[str, Any], host_paths: Sequence[str]
+) -> list[pss.Violation]:
+    return pss.check_pod(sidecar_pod(security_context, host_paths), "baseline")
+
+
+def beyond(
+    security_context: Mapping[str, Any],
+    host_paths: Sequence[str],
+    granted_context: Mapping[str, Any],
+    granted_paths: Sequence[str],
+) -> tuple[str, ...]:
+    """What a container with this securityContext and these hostPath mounts asks for beyond a
+    toolset with the granted ones (a profile's), by the same checks: each of its baseline
+    violations the granted toolset does not have too, same check and same value (`CAP_SYS_ADMIN`
+    is not `SYS_ADMIN`, `spc_t` is no seccomp setting). A privileged grant covers everything
+    a container can ask for: a privileged container is root on the node already."""
+    granted = _baseline(granted_context, granted_paths)
+    if any(v.check == "privileged" for v in granted):
+        return ()
+    held = {(v.check, _value(v)) for v in granted}
+    return reasons(
+        [v for v in _baseline(security_context, host_paths) if (v.check, _value(v)) not in held]
+    )
+
+
+def extent(security_context: Mapping[str, Any], host_paths: Sequence[str]) -> tuple[bool, int]:
+    """How much a grant of this toolset gives, for choosing the least of several: privileged
+    last, then by the number of fields beyond baseline."""
+    found = _baseline(security_context, host_paths)
+    return any(v.check == "privileged" for v in found), len(found)
+
+
+def pod_security_refusal(
+    security_context: Mapping[str, Any], host_paths: Mapping[str, str], level: str, container: str
+) -> str:
+    """Pod Security's own message when a namespace enforcing `level` would reject a toolset
+    container named `container` with this securityContext and these hostPath volumes (name:
+    path) mounted (`violates PodSecurity "restricted:latest": runAsUser=0 (...)`); empty when
+    it would not, and for `privileged`, an unknown or empty level."""
+    chosen = next((known for known in pss.LEVELS if known == level), None)
+    if chosen is None:
+        return ""
+    pod = sidecar_pod(security_context, list(host_paths.values()), container, list(host_paths))
+    result = pss.evaluate(pod, chosen)
+    return "" if result.allowed else result.message()

@@ -1,9 +1,10 @@
 // sidecar-debug flame graph: the one renderer's page script (webhook/render/page.py inlines it
 // and allows it by its hash in the page's Content-Security-Policy).
 //
-// Reads <script id="profile" type="application/json">: {title, names, stacks (lists of name
-// indices, root first), counts, before (differential: the base profile's counts), unit, facts,
-// notes, warnings, named, unnamed (indices of unnamed frame names), name (download stem)}.
+// Reads <script id="profile" type="application/json">: {title, names, frames (name indices of
+// all stacks, root first, one after the other), depths (each stack's length), counts, before
+// (differential: the base profile's counts), unit, facts, notes, warnings, named, unnamed
+// (indices of unnamed frame names), name (download stem)}.
 // Every string in it comes from the profiled app or its metadata: it reaches the page through
 // textContent and SVG text nodes only, never as markup, never as an attribute.
 //
@@ -80,9 +81,15 @@
       Array.from(node.kids.values());
   }
   var NONE = [];
+  var stacks = []; // per stack, its name indices
+  (function split() {
+    for (var i = 0, at = 0; i < data.depths.length; at += data.depths[i], i++) {
+      stacks.push(data.frames.slice(at, at + data.depths[i]));
+    }
+  })();
   var root = new Node(-1, null);
   (function build() {
-    var stacks = data.stacks, counts = data.counts, before = data.before || [];
+    var counts = data.counts, before = data.before || [];
     for (var i = 0; i < stacks.length; i++) {
       var v = counts[i], b = before[i] || 0, node = root, stack = stacks[i];
       node.v += v;
@@ -355,8 +362,8 @@
   }
   function foldedText() {
     var lines = [];
-    for (var i = 0; i < data.stacks.length; i++) {
-      var stack = data.stacks[i].map(function (n) { return names[n]; }).join(";");
+    for (var i = 0; i < stacks.length; i++) {
+      var stack = stacks[i].map(function (n) { return names[n]; }).join(";");
       lines.push(stack + (differential ? " " + data.before[i] : "") + " " + data.counts[i]);
     }
     return lines.join("\n") + "\n";
@@ -369,7 +376,7 @@
       name: data.title, exporter: "sidecar-debug", activeProfileIndex: 0,
       shared: {frames: names.map(function (name) { return {name: name}; })},
       profiles: [{type: "sampled", name: data.title, unit: SPEEDSCOPE_UNITS[unit] || "none",
-        startValue: 0, endValue: root.v, samples: data.stacks, weights: data.counts}]
+        startValue: 0, endValue: root.v, samples: stacks, weights: data.counts}]
     });
   }
   // profile.proto (github.com/google/pprof proto/profile.proto), as webhook/results/formats.py
@@ -405,7 +412,7 @@
     int(valueType, 1, 1);
     int(valueType, 2, 2);
     bytes(out, 1, valueType);
-    data.stacks.forEach(function (stack, i) {
+    stacks.forEach(function (stack, i) {
       var ids = [], values = [], sample = [];
       for (var j = stack.length - 1; j >= 0; j--) {
         varint(ids, stack[j] + 1);
@@ -512,5 +519,11 @@
       });
     }
   });
-  render();
+  // A reload keeps what the controls held (the browser restores form values): start from them.
+  order = $("order").value === "weight" ? "weight" : "name";
+  if (searchBox.value.trim()) {
+    search();
+  } else {
+    render();
+  }
 })();

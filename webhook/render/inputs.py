@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from webhook.render.model import spell_unit
 from webhook.results import folded
 from webhook.results.folded import Stack
 
@@ -315,9 +316,7 @@ def _pprof(data: bytes) -> Loaded:
     column = len(types) - 1  # pprof's rule: the last sample type, unless one is named
     if default_type and string(default_type) in types:
         column = types.index(string(default_type))
-    unit = string(sample_types[column][1])
-    unit = {"": "samples", "count": "samples", "nanoseconds": "ns",
-            "microseconds": MICRO}.get(unit, unit)
+    unit = spell_unit(string(sample_types[column][1]))
     frames: dict[int, list[str]] = {}
 
     def frames_of(location_id: int) -> list[str]:

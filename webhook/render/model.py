@@ -3,24 +3,30 @@
 The metadata is a run's meta.json (written by the toolset's recording or by the results store),
 read as untrusted data: only known keys of the expected types become facts, every value is shown
 as text. The share of named frames comes from the recording when it says (`named_share`, a
-fraction 0..1); otherwise it is computed here from the frame names: `[unknown]`, `<unknown>`,
-`??` and bare addresses (`0x7f3a...`, `[libc.so.6+0x1d2f]`) are unnamed.
+fraction 0..1); otherwise it is computed here from the frame names: bracketed frames (the
+toolset's `[unknown]`, `[libuv.so.1.0.0]`, `[unwind stopped: ...]`), `<unknown>`, `??` and bare
+addresses (`0x7f3a...`) are unnamed.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, count, repeat
+from operator import mul
 from typing import Any, TypeGuard
 
 from webhook.results.folded import Stack
 
-_UNNAMED = re.compile(r"(?:\[unknown\]|<unknown>|\?\?|0x[0-9a-fA-F]+|[0-9a-fA-F]{8,16}"
-                      r"|\[[^\]]*\+0x[0-9a-fA-F]+\])(?:_\[[kwij]\])?")
+# The toolset's convention: what it cannot name it brackets ([unknown], [libuv.so.1.0.0],
+# [unwind stopped: ...], [vdso]); other tools write <unknown>, ?? or a bare address.
+_UNNAMED = re.compile(r"\[.*|<unknown>|\?\?|0x[0-9a-fA-F]+|[0-9a-fA-F]{8,16}", re.S)
 MAX_NOTES = 20
+_UNITS = {"count": "samples", "samples": "samples", "microseconds": "\u00b5s", "us": "\u00b5s",
+          "\u00b5s": "\u00b5s", "nanoseconds": "ns", "ns": "ns", "bytes": "bytes"}
 MAX_TEXT = 500  # characters of one fact or note shown
 
 
@@ -33,26 +39,37 @@ class NamedShare:
 
 def named_share(stacks: Mapping[Stack, int]) -> NamedShare | None:
     """The share of sampled frames (each stack's frames times its count) that have a name."""
-    names, ids = frame_table(stacks)
-    return share_of(names, ids, list(stacks.values()))
+    return share_of(frame_table(stacks), list(stacks.values()))
 
 
-def frame_table(stacks: Iterable[Stack]) -> tuple[list[str], list[list[int]]]:
-    """Each distinct frame name once, and the stacks as lists of their indices. Per frame only
-    C loops run (fromkeys, map): a 50k-stack profile has millions of frames."""
-    names = list(dict.fromkeys(chain.from_iterable(stacks)))
-    index = {name: number for number, name in enumerate(names)}
-    return names, [list(map(index.__getitem__, stack)) for stack in stacks]
+@dataclass(frozen=True)
+class FrameTable:
+    """Stacks as the page carries them: each distinct frame name once, and every stack's frames
+    as indices into `names`, all stacks in one flat list with each stack's depth."""
+
+    names: list[str]
+    frames: list[int]
+    depths: list[int]
 
 
-def share_of(names: list[str], ids: list[list[int]], counts: list[int]) -> NamedShare | None:
-    flags = [0 if is_named(name) else 1 for name in names]
-    frames = sum(len(stack) * count for stack, count in zip(ids, counts, strict=True))
-    if not frames:
+def frame_table(stacks: Iterable[Stack]) -> FrameTable:
+    # Per frame only C loops: a 50k-stack profile has millions of frames. The defaultdict
+    # numbers each new name as it is first seen, in the same pass that maps every frame.
+    index: defaultdict[str, int] = defaultdict(count().__next__)
+    frames = list(map(index.__getitem__, chain.from_iterable(stacks)))
+    return FrameTable(list(index), frames, list(map(len, stacks)))
+
+
+def share_of(table: FrameTable, counts: list[int]) -> NamedShare | None:
+    sampled = sum(map(mul, table.depths, counts))
+    if not sampled:
         return None
-    missing = sum(sum(map(flags.__getitem__, stack)) * count
-                  for stack, count in zip(ids, counts, strict=True)) if any(flags) else 0
-    return NamedShare((frames - missing) / frames, frames, "frames")
+    flags = [0 if is_named(name) else 1 for name in table.names]
+    missing = 0
+    if any(flags):  # each frame's flag times its stack's count
+        weights = chain.from_iterable(map(repeat, counts, table.depths))
+        missing = sum(map(mul, map(flags.__getitem__, table.frames), weights))
+    return NamedShare((sampled - missing) / sampled, sampled, "frames")
 
 
 def is_named(frame: str) -> bool:
@@ -77,7 +94,7 @@ class Profile:
     def differential(self) -> bool:
         return self.base is not None
 
-    def named(self, table: tuple[list[str], list[list[int]]] | None = None,
+    def named(self, table: FrameTable | None = None,
               counts: list[int] | None = None) -> NamedShare | None:
         """From the recording's metadata when it says, computed from the frames otherwise
         (from `table`, frame_table() of the stacks with `counts`, when the caller has it)."""
@@ -85,12 +102,13 @@ class Profile:
         if (not self.differential and _number(value) and 0 <= value <= 1):
             return NamedShare(float(value), 0, "meta.json")
         if table is not None and counts is not None:
-            return share_of(*table, counts)
+            return share_of(table, counts)
         return named_share(self.stacks)
 
     def count_unit(self) -> str:
+        """What the counts are, spelled as the page's downloads know it (samples, \u00b5s, ns)."""
         unit = self.unit or self.meta.get("unit")
-        return _text(unit)[:40] if isinstance(unit, str) and unit.strip() else "samples"
+        return spell_unit(unit) if isinstance(unit, str) else "samples"
 
     def facts(self) -> list[tuple[str, str]]:
         """(label, text) pairs for the page's header, from the metadata keys we know."""
@@ -114,6 +132,9 @@ class Profile:
         seconds = meta.get("seconds", meta.get("duration"))
         add("duration", seconds, " s")
         add("frequency", meta.get("frequency"), " Hz")
+        mean, deepest = meta.get("mean_depth"), meta.get("max_depth")
+        if _number(mean) and _number(deepest):
+            add("depth", f"{mean:g} frames on average, {deepest:g} at most")
         unwinding = meta.get("unwinding")
         if isinstance(unwinding, Mapping):
             parts = [f"{key}: {value}" for key, value in unwinding.items()
@@ -129,6 +150,13 @@ class Profile:
         items = [value] if isinstance(value, str) else value if isinstance(value, list) else []
         return [_text(item) for item in items if isinstance(item, str) and item.strip()][
             :MAX_NOTES]
+
+
+def spell_unit(unit: str) -> str:
+    """A unit of counts as the page spells it: `count` is samples, time units short."""
+    if not unit.strip():
+        return "samples"
+    return _UNITS.get(unit.strip().lower(), _text(unit)[:40])
 
 
 def _number(value: Any) -> TypeGuard[int | float]:
@@ -158,10 +186,12 @@ def summary(profile: Profile, *, hottest: int = 0) -> list[str]:
         for stack, count in profile.stacks.items():
             leaves[stack[-1]] = leaves.get(stack[-1], 0) + count
         ranked = sorted(leaves.items(), key=lambda item: (-item[1], item[0]))[:hottest]
-        lines.append("hottest functions (self samples):")
+        lines.append(f"hottest functions (self {profile.count_unit()}):")
         lines += [f"  {100 * count / (total or 1):5.1f}%  {count:6d}  {printable(name)[:200]}"
                   for name, count in ranked]
-    lines.append(f"{profile.count_unit() + ':':<15}{total}")
+    unit = profile.count_unit()
+    lines.append(f"{'samples:':<15}{total}" if unit == "samples" else
+                 f"{'total:':<15}{total} {unit}")
     named = profile.named()
     if named is not None:
         source = ("from the recording" if named.source == "meta.json" else

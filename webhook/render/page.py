@@ -54,19 +54,19 @@ def script_json(data: Any) -> str:
 
 
 def page_data(profile: Profile) -> dict[str, Any]:
-    """What flamegraph.js reads: frame names once, stacks as lists of their indices."""
+    """What flamegraph.js reads: frame names once, the stacks as their indices (FrameTable)."""
     before: list[int] = []
     if profile.base is not None:
         pairs = folded.diff(profile.base, profile.stacks)
-        names, stacks = frame_table(pairs)
+        table = frame_table(pairs)
         before = [a for a, _ in pairs.values()]
         counts = [b for _, b in pairs.values()]
         named = profile.named()
     else:
         kept = {stack: count for stack, count in profile.stacks.items() if count > 0}
-        names, stacks = frame_table(kept)
+        table = frame_table(kept)
         counts = list(kept.values())
-        named = profile.named((names, stacks), counts)
+        named = profile.named(table, counts)
     return {
         "title": profile.title or "flame graph",
         "name": profile.name,
@@ -76,9 +76,10 @@ def page_data(profile: Profile) -> dict[str, Any]:
         "notes": profile.notes("notes"),
         "warnings": profile.notes("warnings"),
         "named": {"share": named.share, "source": named.source} if named else None,
-        "names": names,
-        "unnamed": [number for number, name in enumerate(names) if not is_named(name)],
-        "stacks": stacks,
+        "names": table.names,
+        "unnamed": [number for number, name in enumerate(table.names) if not is_named(name)],
+        "frames": table.frames,
+        "depths": table.depths,
         "counts": counts,
         **({"before": before} if profile.differential else {}),
     }
@@ -120,7 +121,7 @@ def render(profile: Profile, *, home: str | None = None) -> Page:
     a link back to the list of runs."""
     style, script = _asset("flamegraph.css"), _asset("flamegraph.js")
     csp = (f"default-src 'none'; script-src {_sha256(script)}; style-src {_sha256(style)}; "
-           "img-src data:; base-uri 'none'; form-action 'none'")
+           "base-uri 'none'; form-action 'none'")
     nav = ""
     if home is not None:
         if not _HOME.match(home):

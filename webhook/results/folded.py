@@ -11,10 +11,15 @@ flame graph takes its shape from the second profile and its colour from the diff
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping
 
 Stack = tuple[str, ...]
 MAX_LINE = 1 << 20  # a stack of a megabyte is not a stack
+MAX_DEPTH = 4096  # frames in one stack (perf and bpftrace stop at 127 by default)
+MAX_COUNT = (1 << 53) - 1  # samples: exact in JSON and the page's JavaScript numbers
+_COUNT = re.compile(r"[0-9]+")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class FoldedError(ValueError):
@@ -23,25 +28,62 @@ class FoldedError(ValueError):
 
 def parse(text: str) -> dict[Stack, int]:
     """`STACK COUNT` lines -> {frames: samples}; repeated stacks add up, blank lines and
-    `#` comments are skipped, zero counts dropped."""
+    `#` comments are skipped, zero counts dropped. Anything else raises FoldedError (and
+    nothing else) naming the line: input comes from pods and is hostile."""
     stacks: dict[Stack, int] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
+    samples = 0
+    for number, line in _lines(text):
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not _COUNT.fullmatch(count_text):
+            raise FoldedError(f"line {number}: expected 'frame;frame;... COUNT', got "
+                              f"{_excerpt(line)!r}")
+        frames = _frames(stack, number)
+        count = _count(count_text, number)
+        if count:
+            stacks[frames] = stacks.get(frames, 0) + count
+            samples += count
+            if samples > MAX_COUNT:
+                raise FoldedError(f"line {number}: more than {MAX_COUNT} samples in all")
+    return stacks
+
+
+def _lines(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, stripped line) of the lines that carry data. Lines end at `\n` only,
+    as editors and `sed -n Np` count them (str.splitlines also splits at \x0b, \x1c, U+2028
+    and others, which frame names may hold)."""
+    if not isinstance(text, str):
+        raise FoldedError(f"expected text, got {type(text).__name__}")
+    # JSON's "\ud800" decodes to a lone surrogate, which UTF-8 cannot store.
+    surrogate = None if text.isascii() else _SURROGATE.search(text)
+    if surrogate:
+        number = text.count("\n", 0, surrogate.start()) + 1
+        raise FoldedError(f"line {number}: a lone surrogate (U+D800 to U+DFFF) is not text")
+    for number, raw in enumerate(text.split("\n"), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         if len(line) > MAX_LINE:
             raise FoldedError(f"line {number}: longer than {MAX_LINE} characters")
-        stack, _, count_text = line.rpartition(" ")
-        if not stack or not count_text.isdigit():
-            raise FoldedError(f"line {number}: expected 'frame;frame;... COUNT', got "
-                              f"{_excerpt(line)!r}")
-        frames = tuple(frame for frame in stack.strip().split(";"))
-        if any(not frame for frame in frames):
-            raise FoldedError(f"line {number}: empty frame name in {_excerpt(stack)!r}")
-        count = int(count_text)
-        if count:
-            stacks[frames] = stacks.get(frames, 0) + count
-    return stacks
+        yield number, line
+
+
+def _frames(stack: str, number: int) -> Stack:
+    frames = tuple(stack.strip().split(";"))
+    if len(frames) > MAX_DEPTH:
+        raise FoldedError(f"line {number}: {len(frames)} frames, more than {MAX_DEPTH}")
+    if "" in frames:
+        raise FoldedError(f"line {number}: empty frame name in {_excerpt(stack)!r}")
+    return frames
+
+
+def _count(text: str, number: int) -> int:
+    """A sample count that matched _COUNT (ASCII digits: str.isdigit also accepts '²' and '٣',
+    which int() then refuses or reads), at most MAX_COUNT."""
+    # int() refuses over 4,300 digits with a ValueError of its own: compare lengths first.
+    count = int(text) if len(text.lstrip("0")) <= len(str(MAX_COUNT)) else MAX_COUNT + 1
+    if count > MAX_COUNT:
+        raise FoldedError(f"line {number}: count {_excerpt(text)} is more than {MAX_COUNT}")
+    return count
 
 
 def _excerpt(text: str, limit: int = 80) -> str:
@@ -94,19 +136,19 @@ def format_diff(pairs: Mapping[Stack, tuple[int, int]]) -> str:
 
 
 def parse_diff(text: str) -> dict[Stack, tuple[int, int]]:
-    """The inverse of format_diff (`STACK BEFORE AFTER` lines)."""
+    """The inverse of format_diff (`STACK BEFORE AFTER` lines); FoldedError names the line."""
     pairs: dict[Stack, tuple[int, int]] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
+    for number, line in _lines(text):
         parts = line.rsplit(" ", 2)
-        if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        if len(parts) != 3 or not parts[0] or not all(_COUNT.fullmatch(p) for p in parts[1:]):
             raise FoldedError(f"line {number}: expected 'frame;... BEFORE AFTER', got "
                               f"{_excerpt(line)!r}")
-        frames = tuple(parts[0].split(";"))
+        frames = _frames(parts[0], number)
         a, b = pairs.get(frames, (0, 0))
-        pairs[frames] = (a + int(parts[1]), b + int(parts[2]))
+        a, b = a + _count(parts[1], number), b + _count(parts[2], number)
+        if max(a, b) > MAX_COUNT:
+            raise FoldedError(f"line {number}: more than {MAX_COUNT} samples for one stack")
+        pairs[frames] = (a, b)
     return pairs
 
 

@@ -34,9 +34,10 @@ from webhook.policy.model import duration_seconds
 from webhook.results import folded, metrics
 from webhook.results.auth import POD_HEADER, AgentIdentity, Authenticator, AuthError
 from webhook.results.bpftrace import collapse_bpftrace
+from webhook.results.export import Exporters
 from webhook.results.mirror import Mirror
 from webhook.results.planner import PlanError, Planner, Ticket
-from webhook.results.store import Run, Store, StoreError
+from webhook.results.store import Store, StoreError
 from webhook.results.web import create_app
 from webhook.schedules import plan as plans
 
@@ -145,17 +146,15 @@ class Service:
     def __init__(self, root: Path, auth: Authenticator, planner: Planner, pods: Mirror,
                  namespaces: Mirror, retention: Retention,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 on_stored: Callable[[Run], None] | None = None) -> None:
-        """`on_stored(run)` is called after each run is stored (the exporters' hook: it must
-        return at once and never raise into the push; a failure is logged)."""
+                 exporters: Exporters | None = None) -> None:
         self.store = Store(root)
+        self.exporters = exporters  # results.export: sent on after storing, never waited for
         self.auth = auth
         self.planner = planner
         self.pods = pods
         self.namespaces = namespaces
         self.retention = retention
         self.clock = clock
-        self.on_stored = on_stored
         self.write_lock = threading.Lock()
         self.stopped = threading.Event()
 
@@ -234,11 +233,8 @@ class Service:
         metrics.RUNS.labels(technique=ticket.technique, outcome="stored", reason="").inc()
         metrics.STORED_BYTES.inc(size)
         log.info("schedule %s: stored %s (%d samples)", ticket.schedule, run.id, run.samples)
-        if self.on_stored is not None:
-            try:
-                self.on_stored(run)
-            except Exception as error:  # noqa: BLE001 - an export never fails a stored push
-                log.error("after storing %s: %s: %s", run.id, type(error).__name__, error)
+        if self.exporters:
+            self.exporters.export(run)
         return {"run": run.id, "samples": run.samples}, 201
 
     def _stacks(self, body: Mapping[str, Any], ticket: Ticket) -> dict[folded.Stack, int]:

@@ -15,7 +15,7 @@ from flask import Flask
 from webhook.admission import review as admission
 from webhook.admission.guard import PodGuard
 from webhook.admission.mutate import Mutator
-from webhook.admission.namespace import review_namespace
+from webhook.admission.namespace import review_namespace, review_namespace_guard
 from webhook.admission.review import Review
 from webhook.config import Settings, load_settings
 from webhook.policy.api import PolicyEngine
@@ -34,13 +34,19 @@ def load_policy(settings: Settings) -> PolicyGate:
     return load_policy_engine(settings, role_prefix=settings.profile_role_prefix)
 
 
-def namespace_gate(policy: PolicyGate) -> NamespaceReviewer:
+def namespace_gate(
+    policy: PolicyGate,
+    review_request: Callable[[admission.Request, PolicyGate], Review] = review_namespace,
+) -> NamespaceReviewer:
+    """A namespace review (the opt-in label's gate; `review_namespace_guard` for the guard
+    label's) as the route calls it, with the body as read."""
+
     def review(body: Any) -> Review:
         if not isinstance(body, dict) or not isinstance(body.get("request"), dict):
             return admission.build_response(
                 None, allowed=True, message="body is not an AdmissionReview with a request"
             )
-        return review_namespace(body["request"], policy)
+        return review_request(body["request"], policy)
 
     return review
 
@@ -108,9 +114,10 @@ def create_app(
     namespace_reviewer: NamespaceReviewer | None = None,
     readiness: Callable[[], str | None] | None = None,
     pod_validator: PodValidator | None = None,
+    namespace_guard_reviewer: NamespaceReviewer | None = None,
 ) -> Flask:
     """The webhook as a Flask app. With only `settings` (read from the environment when None)
-    it is the served webhook: the configured policy gate, its namespace-label gate, the guard
+    it is the served webhook: the configured policy gate, its namespace-label gates, the guard
     and the serving-files readiness; tests pass their own policy (then no namespace gate and
     no guard unless given)."""
     settings = settings or load_settings()
@@ -118,12 +125,16 @@ def create_app(
         gate = load_policy(settings)
         policy = gate
         namespace_reviewer = namespace_reviewer or namespace_gate(gate)
+        namespace_guard_reviewer = namespace_guard_reviewer or namespace_gate(
+            gate, review_namespace_guard
+        )
         pod_validator = pod_validator or PodGuard(settings, gate).review
     app = Flask(__name__)
     app.extensions[EXTENSION] = WebhookState(
         settings=settings,
         mutator=Mutator(settings, policy),
         namespace_reviewer=namespace_reviewer,
+        namespace_guard_reviewer=namespace_guard_reviewer,
         pod_validator=pod_validator,
         readiness=readiness or serving_files_readiness(settings),
     )

@@ -32,8 +32,8 @@ log = logging.getLogger(__name__)
 JSON = "application/json"
 EXTENSION = "sidecar_debug"  # the key of WebhookState in app.extensions
 
-# A validating review of namespace changes (the policy's namespace-label gate), if enabled; and
-# the guard's review of pods (webhook.admission.guard.PodGuard.review).
+# A validating review of namespace changes (the policy's namespace-label gate and the guard
+# label's), if enabled; and the guard's review of pods (webhook.admission.guard.PodGuard.review).
 NamespaceReviewer = Callable[[Any], Review]
 PodValidator = Callable[[Any], Review]
 
@@ -47,6 +47,8 @@ class WebhookState:
     settings: Settings
     mutator: Mutator
     namespace_reviewer: NamespaceReviewer | None = None
+    # The guard label's gate (webhook.admission.namespace.review_namespace_guard).
+    namespace_guard_reviewer: NamespaceReviewer | None = None
     pod_validator: PodValidator | None = None
     # None when ready, else why not (e.g. no serving certificate).
     readiness: Callable[[], str | None] | None = None
@@ -116,6 +118,14 @@ def validate_namespace() -> Response:
     if state.namespace_reviewer is None:
         raise NotFound("the namespace-label gate is not enabled on this webhook")
     return _json(state.namespace_reviewer(read_review_body(state.settings)))
+
+
+@_route("/validate-namespace-guard", "POST")
+def validate_namespace_guard() -> Response:
+    state = _state()
+    if state.namespace_guard_reviewer is None:
+        raise NotFound("the guard's namespace-label gate is not enabled on this webhook")
+    return _json(state.namespace_guard_reviewer(read_review_body(state.settings)))
 
 
 @_route("/validate-pods", "POST")

@@ -174,6 +174,17 @@ def _write_file(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> 
             left -= len(chunk)
 
 
+def terminal_text(data: bytes, limit: int = 64 << 10) -> str:
+    """Text the pod sent (a summary with the app's symbol names) as it may reach the user's
+    terminal: at most `limit` bytes, undecodable bytes replaced, every control character but
+    newline and tab shown escaped (no escape sequence, no carriage return overwriting a line)."""
+    text = data[:limit].decode("utf-8", errors="replace")
+    shown = "".join(c if c.isprintable() or c in "\n\t" else ascii(c)[1:-1] for c in text)
+    if len(data) > limit:
+        shown += f"\n[... {len(data) - limit} more bytes not shown]\n"
+    return shown
+
+
 def existing(destinations: Iterable[Path]) -> list[Path]:
     """The destinations that already exist (links too, dangling or not)."""
     return [path for path in destinations if os.path.lexists(path)]

@@ -52,6 +52,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_NO_TOOLSET = 5  # the pod has no (trustworthy) toolset container
 EXIT_API = 6  # the Kubernetes API refused or failed
+READ_LIMIT = 1 << 20  # a file fetch() returns (a summary, trigger.json): small, held in memory
 
 # Output of one exec kept in memory (stdout and stderr together; a copy-back's archive is
 # spooled instead, see copyback): above it the command is stopped, whatever runs in the pod.
@@ -278,6 +279,8 @@ class Session:
                 for name in [*read, *(name for name in read_if_there if name in arrived)]:
                     if not arrived[name].is_file():
                         raise copyback.CopyError(f"{name!r} is not a file")
+                    if arrived[name].stat().st_size > READ_LIMIT:
+                        raise copyback.CopyError(f"{name!r} is larger than {READ_LIMIT} bytes")
                     contents[name] = arrived[name].read_bytes()
                 unwritten = ""
                 copyback.place(
@@ -433,11 +436,13 @@ def flamegraph(session: Session, *, seconds: float, frequency: int, pid: int | N
         session.remove_remote(out, container=container)
     profile = write_flamegraph(folded, contents.get("meta.json"), target, force=force,
                                title=f"{session.namespace}/{session.pod}")
-    # The toolset's summary names the process; without one, the hottest functions from here.
-    sidecar_summary = contents.get("summary.txt", b"").decode(errors="replace")
+    # The toolset's summary names the process (and, from toolsets that write meta.json, the
+    # named share); what it does not say, the renderer's summary adds.
+    sidecar_summary = copyback.terminal_text(contents.get("summary.txt", b""))
     sys.stdout.write(sidecar_summary)
-    lines = render.summary(profile, hottest=0 if sidecar_summary else 10)
-    sys.stdout.write("".join(line + "\n" for line in lines))
+    if "named frames" not in sidecar_summary:
+        lines = render.summary(profile, hottest=0 if sidecar_summary else 10)
+        sys.stdout.write("".join(line + "\n" for line in lines))
     sys.stdout.write(f"flame graph:   {target}\nfolded stacks: {folded}\n")
     return EXIT_OK
 
@@ -485,8 +490,8 @@ def trace(session: Session, *, seconds: float, events: str, domains: Sequence[st
         session.remove_remote(out, container=container)
     text = destinations["trace.txt"]
     lines = text.read_text(errors="replace").splitlines()
-    for line in lines[:20]:
-        sys.stdout.write(line + "\n")
+    for line in lines[:20]:  # the app's events: its text, escape sequences included
+        sys.stdout.write(copyback.terminal_text(line.encode(), 4096).rstrip("\n") + "\n")
     sys.stdout.write(f"{len(lines)} events; text: {text}; CTF trace: {destinations['trace']}\n")
     return EXIT_OK
 

@@ -171,20 +171,71 @@ profiles and/or runtimes replaced by the values. Returns YAML; use with fromYaml
 {{/*
 Names of the active profiles that need an RBAC grant, with the same rule as the webhook
 (webhook/policy/privilege.py privilege_reasons; tests/chart/test_chart_privilege.py compares the
-two): privileged, capabilities beyond the Pod Security baseline, hostPaths, seccomp Unconfined,
-or allowPrivilegeEscalation. Returns a YAML list.
+two): the toolset goes beyond Pod Security baseline, as webhook/guard/pss.py checks it.
+privileged; capabilities beyond baseline's list, compared as written (CAP_CHOWN is not CHOWN);
+hostPaths; seccomp or AppArmor other than RuntimeDefault/Localhost; SELinux types other than
+the container types, or any user or role; procMount other than Default; Windows hostProcess.
+A field of another shape than the API's is a reason too. Returns a YAML list.
 */}}
 {{- define "sidecar-debug.privilegedProfiles" -}}
 {{- $baseline := list "AUDIT_WRITE" "CHOWN" "DAC_OVERRIDE" "FOWNER" "FSETID" "KILL" "MKNOD" "NET_BIND_SERVICE" "SETFCAP" "SETGID" "SETPCAP" "SETUID" "SYS_CHROOT" -}}
+{{- $profileTypes := list "RuntimeDefault" "Localhost" -}}
+{{- $seLinuxTypes := list "" "container_t" "container_init_t" "container_kvm_t" "container_engine_t" -}}
 {{- $names := list -}}
 {{- range (include "sidecar-debug.profileSet" . | fromYaml).profiles -}}
-{{- $sc := default dict .securityContext -}}
-{{- $unconfined := eq (toString (default dict $sc.seccompProfile).type) "Unconfined" -}}
-{{- $grant := or $sc.privileged .hostPaths $unconfined (eq (toString $sc.allowPrivilegeEscalation) "true") -}}
-{{- range (default dict $sc.capabilities).add -}}
-{{- if not (has (trimPrefix "CAP_" .) $baseline) -}}
+{{- $grant := not (empty .hostPaths) -}}
+{{- $sc := .securityContext -}}
+{{- if kindIs "invalid" $sc -}}{{- $sc = dict -}}{{- end -}}
+{{- if not (kindIs "map" $sc) -}}
+{{- $grant = true -}}
+{{- $sc = dict -}}
+{{- end -}}
+{{- /* privileged, hostProcess: unset or false */ -}}
+{{- $windows := $sc.windowsOptions -}}
+{{- if kindIs "invalid" $windows -}}{{- $windows = dict -}}{{- end -}}
+{{- if not (kindIs "map" $windows) -}}{{- $grant = true -}}{{- $windows = dict -}}{{- end -}}
+{{- range $value := list $sc.privileged $windows.hostProcess -}}
+{{- if not (or (kindIs "invalid" $value) (and (kindIs "bool" $value) (not $value))) -}}
 {{- $grant = true -}}
 {{- end -}}
+{{- end -}}
+{{- /* capabilities.add: each one of baseline's, as written */ -}}
+{{- $caps := $sc.capabilities -}}
+{{- if kindIs "invalid" $caps -}}{{- $caps = dict -}}{{- end -}}
+{{- if not (kindIs "map" $caps) -}}{{- $grant = true -}}{{- $caps = dict -}}{{- end -}}
+{{- $add := $caps.add -}}
+{{- if kindIs "invalid" $add -}}{{- $add = list -}}{{- end -}}
+{{- if not (kindIs "slice" $add) -}}{{- $grant = true -}}{{- $add = list -}}{{- end -}}
+{{- range $add -}}
+{{- if not (and (kindIs "string" .) (has . $baseline)) -}}
+{{- $grant = true -}}
+{{- end -}}
+{{- end -}}
+{{- /* seccompProfile, appArmorProfile: when set, of type RuntimeDefault or Localhost */ -}}
+{{- range $profile := list $sc.seccompProfile $sc.appArmorProfile -}}
+{{- if not (kindIs "invalid" $profile) -}}
+{{- if not (and (kindIs "map" $profile) (kindIs "string" $profile.type) (has $profile.type $profileTypes)) -}}
+{{- $grant = true -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- /* seLinuxOptions: a container type, no user, no role */ -}}
+{{- $seLinux := $sc.seLinuxOptions -}}
+{{- if not (kindIs "invalid" $seLinux) -}}
+{{- if not (kindIs "map" $seLinux) -}}
+{{- $grant = true -}}
+{{- else -}}
+{{- $type := $seLinux.type -}}
+{{- if kindIs "invalid" $type -}}{{- $type = "" -}}{{- end -}}
+{{- if not (and (kindIs "string" $type) (has $type $seLinuxTypes)) -}}{{- $grant = true -}}{{- end -}}
+{{- range $value := list $seLinux.user $seLinux.role -}}
+{{- if not (or (kindIs "invalid" $value) (eq (toString $value) "")) -}}{{- $grant = true -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- /* procMount: unset or Default */ -}}
+{{- if not (or (kindIs "invalid" $sc.procMount) (eq (toString $sc.procMount) "Default")) -}}
+{{- $grant = true -}}
 {{- end -}}
 {{- if $grant -}}
 {{- $names = append $names .name -}}
@@ -336,6 +387,9 @@ problems come back as warnings (one per line) that NOTES.txt prints.
 {{- end -}}
 {{- if and .Values.namespaceGate.enabled (not (and .Values.rbac.create .Values.rbac.namespaceOptInRole)) -}}
 {{- $warnings = append $warnings "namespaceGate.enabled without rbac.namespaceOptInRole: create the ClusterRole granting use on debugprofiles/namespace-opt-in yourself." -}}
+{{- end -}}
+{{- if and .Values.guard.enabled (not (and .Values.rbac.create .Values.rbac.namespaceGuardRole)) -}}
+{{- $warnings = append $warnings "guard.enabled without rbac.namespaceGuardRole: create the ClusterRole granting use on debugprofiles/namespace-guard yourself (who may change a namespace's guard label)." -}}
 {{- end -}}
 {{- join "\n" $warnings -}}
 {{- end -}}

@@ -226,9 +226,14 @@ def test_capabilities_map_to_the_least_privileged_profile_that_covers_them(
     settings: Settings,
 ) -> None:
     tracer = {"name": "tracer", "image": "x",
-              "securityContext": {"capabilities": {"add": ["SYS_PTRACE", "CAP_PERFMON"]}}}
+              "securityContext": {"capabilities": {"add": ["SYS_PTRACE", "PERFMON"]}}}
     response = answer(settings, FakeCluster(), pod_review(tracer))
     assert "--clusterrole=sidecar-debug-profile-perf" in response["status"]["message"]
+    # Compared as written, as Pod Security and the guard do: only a privileged grant covers
+    # `CAP_PERFMON` (the runtime may read it as PERFMON; no profile grants it so spelled).
+    tracer["securityContext"]["capabilities"]["add"] = ["SYS_PTRACE", "CAP_PERFMON"]
+    response = answer(settings, FakeCluster(), pod_review(tracer))
+    assert "--clusterrole=sidecar-debug-profile-full" in response["status"]["message"]
     ebpf = {"name": "ebpf", "image": "x", "securityContext": {"capabilities": {"add": ["BPF"]}}}
     response = answer(settings, FakeCluster(), pod_review(ebpf))
     assert "--clusterrole=sidecar-debug-profile-bcc" in response["status"]["message"]
@@ -249,7 +254,52 @@ def test_a_container_asking_more_than_its_profile_is_denied(settings: Settings) 
     response = answer(settings, cluster, pod_review(container))
     assert response["allowed"] is False
     assert response["auditAnnotations"]["reason"] == "beyond-profile"
-    assert "privileged, beyond what profile 'perf' grants" in response["status"]["message"]
+    assert "privileged container, beyond what profile 'perf' grants" in response["status"][
+        "message"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "beyond"),
+    [
+        ("capabilities", "CAP_SYS_ADMIN", "capabilities CAP_SYS_ADMIN"),
+        ("capabilities", "sys_admin", "capabilities sys_admin"),
+        ("seLinuxOptions", {"type": "spc_t"}, "SELinux type spc_t"),
+        ("appArmorProfile", {"type": "Unconfined"}, "AppArmor Unconfined"),
+        ("procMount", "Unmasked", "procMount Unmasked"),
+        ("windowsOptions", {"hostProcess": True}, "Windows hostProcess"),
+    ],
+    ids=["CAP_-prefix", "lower-case", "spc_t", "apparmor-unconfined", "proc-unmasked",
+         "host-process"],
+)
+def test_a_toolset_cannot_ask_beyond_its_profile_by_a_field_the_old_rule_missed(
+    settings: Settings, field: str, value: Any, beyond: str,
+) -> None:
+    """Issue 17: the gate compares by the guard's rule (Pod Security baseline, names as
+    written), on a 1.23+ review where an ephemeral container carries a securityContext. alice
+    holds perf and bcc; each asks for its profile's securityContext and one thing more, which
+    neither profile grants (bcc grants SYS_ADMIN, not `CAP_SYS_ADMIN` or `sys_admin`)."""
+    cluster = FakeCluster()
+    for profile in ("perf", "bcc"):
+        grant_user(cluster, "alice", profile)
+    for profile in ("perf", "bcc"):
+        context = copy.deepcopy(dict(settings.profiles[profile].security_context))
+        if field == "capabilities":
+            context["capabilities"]["add"].append(value)
+        else:
+            context[field] = value
+        container = toolset(profile, securityContext=context)
+        response = answer(settings, cluster, pod_review(container))
+        assert response["allowed"] is False, profile
+        assert response["auditAnnotations"]["reason"] == "beyond-profile"
+        assert f"it asks for {beyond}, beyond what profile {profile!r} grants" in response[
+            "status"]["message"]
+        # Not our toolset (`kubectl debug` with that securityContext): only full covers it.
+        debugger = {"name": "debugger-x", "image": "busybox", "securityContext": context}
+        response = answer(settings, cluster, pod_review(debugger))
+        assert response["allowed"] is False
+        assert "--clusterrole=sidecar-debug-profile-full" in response["status"]["message"]
+    grant_user(cluster, "alice", "full")
+    assert answer(settings, cluster, pod_review(debugger))["allowed"] is True
 
 
 def test_unprivileged_plain_container_passes_untouched_without_any_api_call(

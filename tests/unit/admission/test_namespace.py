@@ -1,5 +1,6 @@
-"""The namespace-label gate: only subjects with `use` on debugprofiles/namespace-opt-in open a
-namespace to injection by labelling it."""
+"""The namespace-label gates: only subjects with `use` on debugprofiles/namespace-opt-in open a
+namespace to injection by labelling it; only those with debugprofiles/namespace-guard change
+what the guard holds (its label, or un-guarding by the opt-in label)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.unit.policy.test_policy import ALICE, FakeCluster, make_gate
-from webhook.admission.namespace import review_namespace
+from webhook.admission.namespace import review_namespace, review_namespace_guard
 from webhook.admission.review import Request
 from webhook.config import Settings, load_settings
 
@@ -147,3 +148,145 @@ def test_through_the_http_route(settings: Settings) -> None:
     reply = Client(app).post("/validate-namespace", json=body)
     assert reply.status_code == 200
     assert reply.get_json()["response"]["allowed"] is False
+
+
+# --- the guard label's gate (/validate-namespace-guard) ---------------------------------------
+
+GUARD = "sidecar-debug.io/guard"
+
+
+def guard_review(
+    settings: Settings, cluster: FakeCluster, new: dict[str, str] | None,
+    old: dict[str, str] | None, operation: str = "UPDATE",
+) -> dict[str, Any]:
+    request = ns_request(
+        operation,
+        namespace("team-a", new) if new is not None else None,
+        namespace("team-a", old) if old is not None else None,
+    )
+    response: dict[str, Any] = review_namespace_guard(request, make_gate(settings, cluster))[
+        "response"]
+    return response
+
+
+@pytest.mark.parametrize(
+    ("operation", "new", "old", "change"),
+    [
+        ("UPDATE", {GUARD: "baseline"}, {}, f"adding {GUARD}=baseline"),
+        ("CREATE", {GUARD: "restricted"}, None, f"adding {GUARD}=restricted"),
+        ("UPDATE", {}, {GUARD: "baseline"}, f"removing {GUARD}=baseline"),
+        ("UPDATE", {"debug": "enabled"}, {"debug": "enabled", GUARD: "restricted"},
+         f"removing {GUARD}=restricted"),
+        ("UPDATE", {GUARD: "baseline"}, {GUARD: "restricted"},
+         f"changing {GUARD} from restricted to baseline"),
+        ("UPDATE", {}, {"debug": "enabled"}, "removing debug=enabled"),
+        ("UPDATE", {"debug": "disabled"}, {"debug": "enabled"}, "removing debug=enabled"),
+    ],
+    ids=["add", "create-with", "remove", "remove-beside-opt-in", "loosen", "unguard",
+         "unguard-disabled"],
+)
+def test_changing_what_the_guard_holds_needs_the_namespace_guard_grant(
+    settings: Settings, operation: str, new: dict[str, str], old: dict[str, str] | None,
+    change: str,
+) -> None:
+    cluster = FakeCluster()
+    response = guard_review(settings, cluster, new, old, operation)
+    assert response["allowed"] is False and response["status"]["code"] == 403
+    message = response["status"]["message"]
+    assert message.startswith(change) and "on namespace 'team-a'" in message
+    assert "'namespace-guard', which 'alice' lacks" in message
+    assert message.endswith(
+        "kubectl create clusterrolebinding sidecar-debug-guard-alice "
+        "--clusterrole=sidecar-debug-profile-namespace-guard --user=alice")
+    assert response["auditAnnotations"] == {"decision": "deny", "reason": "no-rbac-grant"}
+    [check] = cluster.calls
+    assert (check.user, check.namespace, check.resource_name) == (
+        "alice", "team-a", "namespace-guard")
+    cluster.grants.add(("alice", "namespace-guard", "team-a"))
+    response = guard_review(settings, cluster, new, old, operation)
+    assert response["allowed"] is True
+    assert response["auditAnnotations"] == {"decision": "allow", "reason": "granted-user"}
+
+
+@pytest.mark.parametrize(
+    ("operation", "new", "old"),
+    [
+        ("UPDATE", {GUARD: "baseline", "team": "b"}, {GUARD: "baseline", "team": "a"}),
+        ("UPDATE", {GUARD: "restricted"}, {GUARD: "restricted", "debug": "enabled"}),
+        ("UPDATE", {"debug": "enabled"}, {}),  # opening: the opt-in gate's, and stricter
+        ("UPDATE", {"debug": "enabled", "x": "1"}, {"debug": "enabled"}),
+        ("UPDATE", {"debug": "disabled"}, {}),
+        ("CREATE", {"team": "a"}, None),
+        ("DELETE", None, {GUARD: "restricted"}),
+    ],
+    ids=["other-label", "unopen-still-guarded", "open", "still-open", "never-open", "plain",
+         "delete"],
+)
+def test_changes_that_leave_the_guard_as_it_was_need_no_check(
+    settings: Settings, operation: str, new: dict[str, str] | None, old: dict[str, str] | None,
+) -> None:
+    cluster = FakeCluster()
+    assert guard_review(settings, cluster, new, old, operation)["allowed"] is True
+    assert cluster.calls == []
+
+
+@pytest.mark.parametrize("value", ["privileged", "Restricted", "", "off"])
+def test_a_guard_label_naming_no_level_is_refused_even_with_the_grant(
+    settings: Settings, value: str,
+) -> None:
+    cluster = FakeCluster()
+    cluster.grants.add(("alice", "namespace-guard", "team-a"))
+    response = guard_review(settings, cluster, {GUARD: value}, {GUARD: "baseline"})
+    assert response["allowed"] is False and response["status"]["code"] == 400
+    assert response["status"]["message"] == (
+        f"{GUARD} must name a Pod Security level (baseline or restricted), got {value!r}; "
+        "fix the label")
+
+
+def test_exempt_and_excluded_namespaces_are_not_the_guards(settings: Settings) -> None:
+    import dataclasses
+
+    exempt = dataclasses.replace(settings, guard_exempt_namespaces=frozenset({"team-a"}))
+    cluster = FakeCluster()
+    assert guard_review(exempt, cluster, {}, {GUARD: "restricted"})["allowed"] is True
+    request = ns_request("UPDATE", namespace("kube-system", {}),
+                         namespace("kube-system", {GUARD: "baseline"}))
+    assert review_namespace_guard(request, make_gate(settings, cluster))["response"]["allowed"]
+    assert cluster.calls == []
+
+
+def test_a_failed_check_refuses_the_guard_change(settings: Settings) -> None:
+    cluster = FakeCluster()
+    cluster.fail_access = True
+    response = guard_review(settings, cluster, {}, {GUARD: "baseline"})
+    assert response["allowed"] is False
+    assert response["auditAnnotations"]["reason"] == "rbac-check-failed"
+    assert response["status"]["message"].endswith("try again")
+
+
+def test_a_malformed_namespace_review_gets_a_400(settings: Settings) -> None:
+    request = ns_request("UPDATE", namespace("team-a", {}), {"metadata": {"labels": []}})
+    response = review_namespace_guard(request, make_gate(settings, FakeCluster()))["response"]
+    assert response["allowed"] is False and response["status"]["code"] == 400
+    assert "request.oldObject.metadata.labels" in response["status"]["message"]
+
+
+def test_the_guard_label_gate_through_the_http_route(settings: Settings) -> None:
+    from werkzeug.test import Client
+
+    from webhook.server.app import create_app, namespace_gate
+
+    gate = make_gate(settings, FakeCluster())
+    app = create_app(settings, gate,
+                     namespace_guard_reviewer=namespace_gate(gate, review_namespace_guard))
+    body = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": ns_request("UPDATE", namespace("team-a", {}),
+                              namespace("team-a", {GUARD: "restricted"})),
+    }
+    reply = Client(app).post("/validate-namespace-guard", json=body)
+    assert reply.status_code == 200
+    assert reply.get_json()["response"]["allowed"] is False
+    # The opt-in label's route is another gate: off here, a 404 naming it.
+    assert Client(app).post("/validate-namespace", json=body).status_code == 404

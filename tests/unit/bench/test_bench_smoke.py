@@ -76,6 +76,22 @@ def test_scaling_fit_and_targets_render() -> None:
     assert "Scaling" in text and "Targets" in text
 
 
+def test_guard_core_section_measures_the_injected_pods_and_renders() -> None:
+    from bench import guard_core
+
+    results = guard_core.guard_cost(budget_s=0.01, passes=1)
+    assert [(r["shape"], r["level"]) for r in results["rows"]] == [
+        ("typical", "baseline"), ("typical", "restricted"), ("large", "baseline"),
+        ("large", "restricted")]
+    assert all(r["toolset_verified"] and r["python_calls"] > 0 for r in results["rows"])
+    assert [r["violations"] for r in results["rows"] if r["level"] == "baseline"] == [0, 0]
+    text = report.render({"guard_core": results})
+    assert "Guard core: CPU time of the pure decision per pod" in text
+    targets = report.targets({"guard_core": results})
+    assert [t["target"].split(",")[1].strip() for t in targets] == [
+        "typical (2 containers)", "large (31 containers)"]
+
+
 def test_wrk_summary_parsing() -> None:
     line = ('BENCH-JSON {"requests":100,"duration_us":2000000,"bytes":1,"p50_us":1500,'
             '"p90_us":2000,"p99_us":3000,"p999_us":4000,"mean_us":1600.0,"max_us":5000,'

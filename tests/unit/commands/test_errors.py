@@ -82,6 +82,7 @@ BAD_INPUT: list[Any] = [
     ("serve", ["--tls-cert-file", "{tmp}/garbage", "--tls-key-file", "{tmp}/garbage"], 1,
      "tlsCertFile {tmp}/garbage: not a PEM certificate"),
     ("inject", ["-f", MISSING], 1, MISSING),
+    ("guard check", ["-f", MISSING], 2, MISSING),
     ("certs generate", ["--service", "s", "--namespace", "n", "--out", "{tmp}/garbage/out"], 1,
      "{tmp}/garbage"),
     ("certs inspect", [MISSING], 1, MISSING),

@@ -8,6 +8,7 @@ The rest tries to get around the checks: spellings, wrong types, nulls, second n
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +217,38 @@ def test_an_exempted_container_is_skipped_but_pod_fields_and_annotations_are_not
     # An exemption names a kind too: the same name in another list is checked.
     exempt = pss.Exemption(containers=frozenset({("initContainers", "debug-toolset")}))
     assert "privileged" in {v.check for v in pss.check_pod(subject, "baseline", exempt)}
+
+
+@pytest.mark.parametrize(
+    ("security_context", "annotation", "value", "refused"),
+    [
+        # What Kubernetes 1.19+ writes from the exempted container's own field: exempt too.
+        ({"seccompProfile": {"type": "Unconfined"}}, "container.seccomp", "unconfined", False),
+        ({"appArmorProfile": {"type": "Unconfined"}}, "container.apparmor", "unconfined", False),
+        ({"seccompProfile": {"type": "Localhost", "localhostProfile": "a.json"}},
+         "container.seccomp", "localhost/a.json", False),
+        # Anything the field does not say is the pod creator's: checked.
+        ({}, "container.seccomp", "unconfined", True),
+        ({"seccompProfile": {"type": "RuntimeDefault"}}, "container.seccomp", "unconfined", True),
+        ({"seccompProfile": {"type": "Unconfined"}}, "container.apparmor", "unconfined", True),
+        ({"appArmorProfile": {"type": "RuntimeDefault"}}, "container.apparmor", "unconfined",
+         True),
+    ],
+)
+def test_an_exempted_containers_own_annotations_follow_its_fields(
+    security_context: dict[str, Any], annotation: str, value: str, refused: bool
+) -> None:
+    key = {"container.seccomp": pss.SECCOMP_CONTAINER_ANNOTATION_PREFIX,
+           "container.apparmor": pss.APPARMOR_ANNOTATION_PREFIX}[annotation] + "debug-toolset"
+    subject = pod({"name": "app", "image": "x"},
+                  {"name": "debug-toolset", "image": "t", "securityContext": security_context})
+    subject["metadata"]["annotations"] = {key: value}
+    exempt = pss.Exemption(containers=frozenset({("containers", "debug-toolset")}))
+    found = [v.field for v in pss.check_pod(subject, "baseline", exempt)]
+    assert found == ([f"metadata.annotations[{json.dumps(key)}]"] if refused else [])
+    # The same annotation for a container that is not exempted is always checked.
+    subject["metadata"]["annotations"] = {key.replace("debug-toolset", "app"): value}
+    assert (pss.check_pod(subject, "baseline", exempt) != []) == (value == "unconfined")
 
 
 def test_restricted_implicit_checks_ignore_exempted_containers() -> None:

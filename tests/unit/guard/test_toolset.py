@@ -47,13 +47,22 @@ def injected(profile: str = "full", cfg: Settings | None = None, **spec: Any) ->
     return copy.deepcopy(result.document)  # type: ignore[no-any-return]
 
 
+SECCOMP_ANNOTATION = {"Unconfined": "unconfined", "RuntimeDefault": "runtime/default"}
+
+
 def as_admitted(pod: dict[str, Any]) -> dict[str, Any]:
-    """What the apiserver adds before a validating webhook sees the pod: defaults and the
-    service account token mount in every container."""
+    """What the apiserver adds before a validating webhook sees the pod: defaults, the
+    service account token mount in every container, and (1.19-1.26) the seccomp annotation of
+    each container's seccompProfile (tests/e2e/test_guard_core_e2e.py checks this on 1.20)."""
     pod = copy.deepcopy(pod)
     pod["spec"].setdefault("volumes", []).append(SA_VOLUME)
     for kind in ("containers", "initContainers"):
         for container in pod["spec"].get(kind, []):
+            seccomp = (container.get("securityContext") or {}).get("seccompProfile")
+            if seccomp:
+                key = f"container.seccomp.security.alpha.kubernetes.io/{container['name']}"
+                pod["metadata"].setdefault("annotations", {})[key] = SECCOMP_ANNOTATION[
+                    seccomp["type"]]
             container.setdefault("volumeMounts", []).append(SA_MOUNT)
             container.setdefault("terminationMessagePath", "/dev/termination-log")
             container.setdefault("imagePullPolicy", "IfNotPresent")
@@ -280,7 +289,7 @@ def test_the_forged_pod_of_the_issue_is_two_violations() -> None:
     [
         ("not json", "not sidecar-debug's status"),
         ('["full"]', "not sidecar-debug's status"),
-        ('{"profile": "full"}', "names no container"),
+        ('{"profile": "full"}', 'names no "container"'),
         ('{"profile": "full", "container": "app"}', 'claims container "app"'),
         ('{"profile": "lttng", "container": "debug-toolset"}', 'claims profile "lttng"'),
     ],

@@ -19,7 +19,7 @@ from webhook.policy.api import PolicyRequest
 from webhook.policy.gate import PolicyGate, is_controller_identity, load_policy_engine
 from webhook.policy.loader import BUILTIN_POLICY, PolicyError, PolicyStore, load_policy
 from webhook.policy.model import parse_duration
-from webhook.policy.privilege import pod_security_violations
+from webhook.policy.privilege import pod_security_refusal
 from webhook.profiles import Profile
 
 REPO = Path(__file__).resolve().parents[3]
@@ -553,19 +553,49 @@ def test_pod_security_warning_for_privileged_result(settings: Settings) -> None:
     assert lttng.warnings == ()
 
 
-def _violations(profile: Profile, level: str) -> list[str]:
-    return pod_security_violations(
-        profile.security_context, [h.path for h in profile.host_paths], level
-    )
+def test_a_privileged_sidecar_in_an_unguarded_namespace_is_warned_about(
+        settings: Settings) -> None:
+    """Pod opt-in where neither debug=enabled nor the guard label is set: the guard does not see
+    that namespace, so the webhook says to label it (issue 17)."""
+    cluster = FakeCluster()
+    cluster.grant_sa("dev", "app", "full")
+    result = make_gate(settings, cluster).evaluate(request(settings, "full"))
+    assert any("is not guarded by sidecar-debug" in w and "sidecar-debug.io/guard=baseline" in w
+               for w in result.warnings), result.warnings
+    for labels in ({"debug": "enabled"}, {"sidecar-debug.io/guard": "baseline"}):
+        cluster.labels["dev"] = labels
+        guarded = make_gate(settings, cluster).evaluate(request(settings, "full"))
+        assert not any("not guarded" in w for w in guarded.warnings)
+
+
+def _violations(profile: Profile, level: str) -> str:
+    return pod_security_refusal(
+        profile.security_context, {h.name: h.path for h in profile.host_paths}, level,
+        "debug-toolset")
 
 
 def test_pod_security_levels() -> None:
     profiles = load_settings(environ={}).profiles
-    assert _violations(profiles["full"], "privileged") == []
-    assert "privileged" in _violations(profiles["full"], "baseline")
-    assert _violations(profiles["lttng"], "baseline") == []
-    assert "runs as root" in _violations(profiles["lttng"], "restricted")
-    assert any("capabilities" in v for v in _violations(profiles["perf"], "baseline"))
+    assert _violations(profiles["full"], "privileged") == ""
+    assert 'privileged (container "debug-toolset"' in _violations(profiles["full"], "baseline")
+    assert _violations(profiles["lttng"], "baseline") == ""
+    assert "runAsUser=0" in _violations(profiles["lttng"], "restricted")
+    assert "non-default capabilities" in _violations(profiles["perf"], "baseline")
+
+
+def test_the_restricted_warning_speaks_pod_securitys_words(settings: Settings) -> None:
+    """Issue 17: a restricted namespace's warning for `lttng` quotes what Pod Security would
+    answer (not "runs as root"), naming the sidecar container as injected."""
+    cluster = FakeCluster()
+    cluster.labels["dev"] = {"pod-security.kubernetes.io/enforce": "restricted"}
+    result = make_gate(settings, cluster).evaluate(request(settings, "lttng"))
+    [warning] = result.warnings
+    assert (
+        "which rejects the debug sidecar of profile 'lttng' (it violates PodSecurity "
+        '"restricted:latest": runAsNonRoot != true (container "debug-toolset" must not set '
+        "securityContext.runAsNonRoot=false), runAsUser=0"
+    ) in warning, warning
+    assert "runs as root" not in warning
 
 
 def test_namespace_lookup_failure_only_drops_the_warning(settings: Settings) -> None:

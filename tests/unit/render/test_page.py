@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.render.pagedata import drawn
 from webhook.render import Profile, named_share, render
 from webhook.render.page import page_data, script_json
 from webhook.results import folded
@@ -111,6 +112,8 @@ def test_named_share_counts_sampled_frames() -> None:
     assert share.share == pytest.approx((15 - 3 - 3) / 15)
     assert named_share({}) is None
     assert named_share({("fib", "[unknown]_[k]"): 1}).share == 0.5  # type: ignore[union-attr]
+    toolset = {("node::Start", "[libuv.so.1.0.0]", "[unwind stopped: libfoo.so]", "fib"): 2}
+    assert named_share(toolset).share == 0.5  # type: ignore[union-attr]
 
 
 def test_named_share_from_the_recording_wins() -> None:
@@ -130,11 +133,21 @@ def test_facts_and_notes_are_text_of_known_keys_only() -> None:
     assert data["unnamed"] == []
 
 
+def test_the_recordings_units_and_depths() -> None:
+    meta = {"type": "offcpu", "unit": "microseconds", "seconds": 10, "duration": 11.2,
+            "mean_depth": 12.5, "max_depth": 40}
+    data = page_data(Profile({("a",): 1}, meta=meta))
+    assert data["unit"] == "\u00b5s"
+    assert ("duration", "10 s") in data["facts"]  # the recording's length, not the command's
+    assert ("depth", "12.5 frames on average, 40 at most") in data["facts"]
+    assert page_data(Profile({("a",): 1}, unit="nanoseconds"))["unit"] == "ns"
+    assert page_data(Profile({("a",): 1}, meta={"unit": "<b>"}))["unit"] == "<b>"
+
+
 def test_differential_data_carries_both_counts_normalised() -> None:
     before = folded.parse("a;b 10\n")
     after = folded.parse("a;b 5\na;c 15\n")
     data = page_data(Profile(after, base=before))
-    pairs = {tuple(data["names"][i] for i in stack): (b, a) for stack, b, a in
-             zip(data["stacks"], data["before"], data["counts"], strict=True)}
-    assert pairs == {("a", "b"): (20, 5), ("a", "c"): (0, 15)}
+    assert drawn(data, "before") == {("a", "b"): 20, ("a", "c"): 0}
+    assert drawn(data) == {("a", "b"): 5, ("a", "c"): 15}
     assert data["differential"] is True

@@ -6,27 +6,15 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.unit.render.pagedata import drawn, page_data
 from webhook.commands.cli import main
 from webhook.results import folded, formats
 
 FOLDED = "main;handle;fib 60\nmain;handle;render 15\nmain;[unknown] 25\n"
-
-
-def page_data(html: str) -> Any:
-    match = re.search(r'<script id="profile" type="application/json">(.*?)</script>', html, re.S)
-    assert match
-    return json.loads(match.group(1))
-
-
-def drawn(data: Any, key: str = "counts") -> dict[tuple[str, ...], int]:
-    return {tuple(data["names"][i] for i in stack): count
-            for stack, count in zip(data["stacks"], data[key], strict=True)}
 
 
 @pytest.mark.parametrize(("name", "content"), [

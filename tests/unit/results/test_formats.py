@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.unit.results.fake_sinks import go_pprof_raw
 from webhook.results import folded, formats
 
 FOLDED = """\
@@ -148,7 +148,6 @@ def test_pprof_encodes_large_varints() -> None:
     assert decode_pprof(formats.pprof(stacks)) == stacks
 
 
-@pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed (golang-go)")
 def test_go_tool_pprof_reads_it(tmp_path: Path) -> None:
     path = tmp_path / "profile.pb.gz"
     path.write_bytes(formats.pprof(folded.parse(FOLDED), period_ns=10_101_010))
@@ -162,3 +161,23 @@ def test_go_tool_pprof_reads_it(tmp_path: Path) -> None:
     assert "fib" in top and "io_wait" in top
     # 60 samples of 10.1 ms each: fib's flat time is 0.61 s (60 % of the total).
     assert "60.00%" in top["fib"], result.stdout
+
+
+def test_go_tool_pprof_raw_has_every_sample_and_name(tmp_path: Path) -> None:
+    """Go's own decoder, sample by sample: the names a JIT or an app may give its frames
+    (spaces, quotes, non-ASCII, braces, a varint-sized count) come back exactly."""
+    text = FOLDED + (
+        "node;LazyCompile:*fibonacci /app/app.js:1:19;JS:~<anonymous> node:internal 7\n"
+        "java;Interpreter;void com.example.Shop$Cart.add(java.lang.String) 3\n"
+        "python;<module> (/app/main.py:3);écrire_données 2\n"
+        "dotnet;System.Private.CoreLib!System.Threading.Tasks.Task`1[System.__Canon].Wait() 1\n"
+        "perl;main::{closure};\"quoted\" 'name' %s %d 1\n"
+        f"deep;{';'.join(f'f{i}' for i in range(200))} 1\n"
+        "big;one 300000\n")
+    stacks = folded.parse(text)
+    decoded = go_pprof_raw(formats.pprof(stacks, period_ns=10_101_010, time_ns=10 ** 18,
+                                         duration_ns=30 * 10 ** 9), tmp_path)
+    assert decoded.stacks == stacks
+    assert decoded.sample_type == "samples/count"
+    assert decoded.header["Period"] == "10101010" and decoded.header["Duration"] == "30s"
+    assert decoded.location_ids == list(range(1, len(decoded.location_ids) + 1))

@@ -5,15 +5,14 @@ bad ids get a 404 with the reason, and app-controlled frame names never become m
 from __future__ import annotations
 
 import gzip
-import json
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
 
+from tests.unit.render.pagedata import drawn, page_data
 from webhook.results import folded
 from webhook.results.store import Store
 from webhook.results.web import create_app
@@ -31,18 +30,6 @@ def client(tmp_path: Path) -> FlaskClient:
                started=T0 + timedelta(hours=1), meta={"duration": 30})
     store.save("batch", "job-x", "perf", {("main", HOSTILE): 5}, started=T0)
     return create_app(tmp_path).test_client()
-
-
-def profile_of(html: str) -> Any:
-    match = re.search(r'<script id="profile" type="application/json">(.*?)</script>', html, re.S)
-    assert match, html
-    return json.loads(match.group(1))
-
-
-def stacks_of(data: Any, key: str = "counts") -> dict[tuple[str, ...], int]:
-    """The stacks a page draws: frame names by index, with `key`'s counts."""
-    return {tuple(data["names"][i] for i in stack): count
-            for stack, count in zip(data["stacks"], data[key], strict=True)}
 
 
 def test_index_lists_runs_by_namespace_and_pod(client: FlaskClient) -> None:
@@ -63,8 +50,8 @@ def test_empty_store_says_how_runs_arrive(tmp_path: Path) -> None:
 def test_run_page_is_the_renderers_page_with_its_policy(client: FlaskClient) -> None:
     response = client.get("/runs/shop/web-1/20261203T070000Z-perf/")
     html = response.get_data(as_text=True)
-    data = profile_of(html)
-    assert stacks_of(data) == {("main", "fib"): 90, ("main", "gc"): 10}
+    data = page_data(html)
+    assert drawn(data) == {("main", "fib"): 90, ("main", "gc"): 10}
     assert data["title"] == "shop/web-1/20261203T070000Z-perf"
     assert ["duration", "30 s"] in data["facts"] and ["frequency", "99 Hz"] in data["facts"]
     # The page carries its script inline, allowed by hash, by the header as by its <meta>.
@@ -80,7 +67,7 @@ def test_run_page_is_the_renderers_page_with_its_policy(client: FlaskClient) -> 
 def test_frame_names_stay_data(client: FlaskClient) -> None:
     html = client.get("/runs/batch/job-x/20261203T070000Z-perf/").get_data(as_text=True)
     assert "<img" not in html and html.count("</script>") == 2  # the data and the script
-    assert profile_of(html)["names"] == ["main", HOSTILE]
+    assert page_data(html)["names"] == ["main", HOSTILE]
     index = client.get("/").get_data(as_text=True)
     assert "<img" not in index
 
@@ -99,11 +86,11 @@ def test_downloads_are_the_stored_samples(client: FlaskClient) -> None:
 def test_differential_page_and_download(client: FlaskClient) -> None:
     a = "shop/web-1/20261203T070000Z-perf"
     b = "shop/web-1/20261203T080000Z-perf"
-    data = profile_of(client.get(f"/diff?a={a}&b={b}").get_data(as_text=True))
+    data = page_data(client.get(f"/diff?a={a}&b={b}").get_data(as_text=True))
     assert data["differential"] is True
-    assert stacks_of(data, "before") == {("main", "fib"): 90, ("main", "gc"): 10,
+    assert drawn(data, "before") == {("main", "fib"): 90, ("main", "gc"): 10,
                                          ("main", "io"): 0}
-    assert stacks_of(data) == {("main", "fib"): 40, ("main", "gc"): 0, ("main", "io"): 60}
+    assert drawn(data) == {("main", "fib"): 40, ("main", "gc"): 0, ("main", "io"): 60}
     pairs = folded.parse_diff(client.get(f"/diff.folded?a={a}&b={b}").get_data(as_text=True))
     assert pairs[("main", "gc")] == (10, 0)
 

@@ -4,13 +4,17 @@ trigger."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.machinery
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from webhook.sessions.session import ExecResult
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -56,6 +60,20 @@ def test_counters_are_read_from_cgroup_psi_and_proc(trap: ModuleType) -> None:
     assert trap.proc_cpu_usec(stat) == 300 * 1_000_000 // trap.CLOCK_TICKS
 
 
+def test_counters_from_the_apps_root_never_raise(trap: ModuleType) -> None:
+    """cpu.stat and cpu.pressure are read through /proc/PID/root: the app's mounts decide
+    what they hold. Odd digits and giant numbers read as 'no counter', not as an exception."""
+    for text in ("usage_usec ²\n", "usage_usec ٣٣\n", "usage_usec " + "9" * 5000 + "\n",
+                 "usage_usec 1" + "0" * 20 + "\n", "usage_usec -1\n"):
+        assert trap.cpu_stat_usage(text) is None, text
+    for text in ("some avg10=0 total=²\n", "some total=" + "1" * 70000 + "\n"):
+        assert trap.psi_some_total(text) is None
+    assert trap.cpu_stat_usage("usage_usec 18446744073709551615\n") == (1 << 64) - 1
+    stat = "42 (a) R 1 42 42 0 -1 4194304 100 0 0 0 ² 50 0 0 20 0 1 0 1234"
+    assert trap.proc_cpu_usec(stat) is None
+    assert trap.proc_cpu_usec("42 (a) R " + " ".join(["9" * 5000] * 13)) is None
+
+
 def test_ring_buffer_is_a_power_of_two_within_bounds(trap: ModuleType) -> None:
     pages = trap.ring_pages(99, 10)
     assert pages & (pages - 1) == 0 and 16 <= pages <= 8192
@@ -97,55 +115,61 @@ def test_collapse_perf_script_keeps_the_window(trap: ModuleType) -> None:
 
 # --- the CLI side: what runs in the pod, what comes back -----------------------------------------
 
+TRIGGER = {"metric": "psi-some", "threshold": 20, "value": 35.5, "time": 1796284800.0,
+           "secondsBefore": 5, "secondsAfter": 2, "frequency": 99, "source": "cgroup"}
+
+
+class FakeSession:
+    """What trap() needs of a session: exec answers 0, fetch hands over the given files as the
+    pod would (the real exec and copy-back are tested in tests/unit/sessions and e2e)."""
+
+    namespace, pod = "shop", "web-1"
+
+    def __init__(self, summary: bytes, trigger: bytes) -> None:
+        import io
+
+        self.err = io.StringIO()
+        self.commands: list[list[str]] = []
+        self.files = {"summary.txt": summary, "trigger.json": trigger}
+
+    def toolset_container(self) -> str:
+        return "debug-toolset"
+
+    def progress(self, chunk: str) -> None:
+        pass
+
+    def exec(self, command: list[str], **kwargs: object) -> ExecResult:
+        self.commands.append(command)
+        return ExecResult(0, "", "")
+
+    def fetch(self, remote: str, destinations: dict[str, Path], *, read: list[str],
+              force: bool, container: str) -> dict[str, bytes]:
+        for name, path in destinations.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("node;main;fib 40\n" if name == "stacks.folded" else "x")
+        return {name: self.files[name] for name in read}
+
+    def remove_remote(self, remote: str, container: str) -> None:
+        self.commands.append(["rm", remote])
+
+
+def _trap_args(tmp_path: Path) -> argparse.Namespace:
+    from webhook.commands import cli
+
+    return cli.build_parser().parse_args(
+        ["trap", "web-1", "--psi-some", "20", "--seconds-before", "5", "--for", "2",
+         "-o", str(tmp_path / "out"), "--results-dir", str(tmp_path)])
+
+
 def test_cli_runs_trap_in_the_toolset_and_stores_the_run(tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]
                                                          ) -> None:
-    import argparse
-    import json as json_module
-
-    from webhook.commands import cli
     from webhook.commands import trap as trap_cli
     from webhook.results.store import Store
-    from webhook.sessions.session import ExecResult
 
-    args = cli.build_parser().parse_args(
-        ["trap", "web-1", "--psi-some", "20", "--seconds-before", "5", "--for", "2",
-         "-o", str(tmp_path / "out"), "--results-dir", str(tmp_path)])
+    args = _trap_args(tmp_path)
     assert trap_cli.usage_problem(args) is None
-    trigger = {"metric": "psi-some", "threshold": 20, "value": 35.5, "time": 1796284800.0,
-               "secondsBefore": 5, "secondsAfter": 2, "frequency": 99, "source": "cgroup"}
-
-    class FakeSession:
-        namespace, pod = "shop", "web-1"
-        commands: list[list[str]] = []
-
-        def __init__(self) -> None:
-            import io
-
-            self.err = io.StringIO()
-
-        def toolset_container(self) -> str:
-            return "debug-toolset"
-
-        def progress(self, chunk: str) -> None:
-            pass
-
-        def exec(self, command: list[str], **kwargs: object) -> ExecResult:
-            self.commands.append(command)
-            return ExecResult(0, "", "")
-
-        def fetch(self, remote: str, destinations: dict[str, Path], *, read: list[str],
-                  force: bool, container: str) -> dict[str, bytes]:
-            for name, path in destinations.items():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text("node;main;fib 40\n" if name == "stacks.folded" else "x")
-            return {"summary.txt": b"trap: psi-some reached 35.5 %\n",
-                    "trigger.json": json_module.dumps(trigger).encode()}
-
-        def remove_remote(self, remote: str, container: str) -> None:
-            self.commands.append(["rm", remote])
-
-    session = FakeSession()
+    session = FakeSession(b"trap: psi-some reached 35.5 %\n", json.dumps(TRIGGER).encode())
     assert trap_cli.trap(session, args) == 0  # type: ignore[arg-type]
     command = session.commands[0]
     assert command[:3] == ["trap", "--psi-some", "20"]
@@ -157,7 +181,68 @@ def test_cli_runs_trap_in_the_toolset_and_stores_the_run(tmp_path: Path,
     assert run.id == "shop/web-1/20261203T080000Z-perf-trap"
     assert run.meta["trap"]["value"] == 35.5 and run.meta["duration"] == 7
     assert "stored as:     shop/web-1/20261203T080000Z-perf-trap" in capsys.readouterr().out
-    assert isinstance(args, argparse.Namespace)
+
+
+# trigger.json lies in the pod's /tmp, which the app shares: each of these crashed `trap` or
+# was stored as given (a string duration, a date in the year 10^300).
+HOSTILE_TRIGGERS = [
+    (b"[" * 100_000, "more than 4096"),
+    (b"[" * 2000 + b"]" * 2000, "not JSON"),  # json's recursion limit: RecursionError
+    (b"\xff\xfe", "not JSON"),
+    (b"[1, 2]", "expected an object, got a list"),
+    (json.dumps({**TRIGGER, "time": 1e300}).encode(), "time: expected a number"),
+    (json.dumps({**TRIGGER, "time": 10 ** 400}).encode(), "time: expected a number"),
+    (json.dumps({**TRIGGER, "time": -1}).encode(), "time: expected a number"),
+    (json.dumps({**TRIGGER, "time": True}).encode(), "got a boolean"),
+    (json.dumps({**TRIGGER, "value": float("nan")}).encode(), "value: expected a number"),
+    (json.dumps({**TRIGGER, "threshold": float("inf")}).encode(), "threshold: expected"),
+    (json.dumps({**TRIGGER, "secondsBefore": "5"}).encode(), "got a string"),
+    (json.dumps({**TRIGGER, "secondsAfter": None}).encode(), "got null"),
+    (json.dumps({**TRIGGER, "frequency": 99.5}).encode(), "frequency: expected an integer"),
+    (json.dumps({k: v for k, v in TRIGGER.items() if k != "frequency"}).encode(), "got null"),
+    (json.dumps({**TRIGGER, "metric": "\x1b]0;owned\x07"}).encode(), "metric: expected one of"),
+    (json.dumps({**TRIGGER, "metric": ["cpu"]}).encode(), "got a list"),
+    (json.dumps({**TRIGGER, "source": "a\x1b[2Jb"}).encode(), "source: expected printable"),
+    (json.dumps({**TRIGGER, "source": {"a": 1}}).encode(), "source: expected printable"),
+]
+
+
+@pytest.mark.parametrize(("data", "why"), HOSTILE_TRIGGERS)
+def test_hostile_trigger_json_is_refused_in_one_line(data: bytes, why: str,
+                                                     tmp_path: Path) -> None:
+    from webhook.commands import trap as trap_cli
+    from webhook.results.store import Store
+    from webhook.sessions.session import SessionError
+
+    with pytest.raises(trap_cli.TriggerError) as refused:
+        trap_cli.parse_trigger(data)
+    assert why in str(refused.value) and "\n" not in str(refused.value)
+    with pytest.raises(SessionError) as error:
+        trap_cli.store_run(tmp_path, "shop", "web-1", "main;fib 1\n", data, "debug-toolset")
+    message = str(error.value)
+    assert message.startswith(f"not stored in {tmp_path}: the pod's trigger.json")
+    assert "\n" not in message and "\x1b" not in message and len(message) < 400
+    assert Store(tmp_path).runs() == []
+
+
+def test_trap_shows_the_pods_summary_without_its_escape_sequences(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import webhook.commands.sessions as command_sessions
+    from webhook.commands import cli
+
+    summary = b"trap: cpu reached 90 %\n  50.0%  \x1b]0;owned\x07\x1b[2Jfib\rfake line\n"
+    session = FakeSession(summary, b"[" * 5000)
+    monkeypatch.setattr(command_sessions, "_session", lambda args: session)
+    code = cli.main(["trap", "web-1", "--cpu", "80", "-o", str(tmp_path / "out"),
+                     "--results-dir", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert "\x1b" not in captured.out and "\r" not in captured.out
+    assert "\\x1b]0;owned\\x07\\x1b[2Jfib\\rfake line" in captured.out
+    # The refusal is the one line the user sees, exit code 1.
+    assert code == 1 and captured.err.count("\n") == 1
+    assert captured.err.startswith("sidecar-debug trap: not stored in ")
+    assert "more than 4096" in captured.err
 
 
 def test_cli_refuses_bad_thresholds(capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.render.pagedata import page_data
 from webhook import constants
 from webhook.commands import cli
 from webhook.config import load_settings
@@ -240,6 +241,25 @@ def test_fetch_reads_small_files_without_writing_them(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.html"]
 
 
+def test_a_file_read_into_memory_is_size_capped(tmp_path: Path) -> None:
+    huge = b"x" * (sessions.READ_LIMIT + 1)
+    session = FakeSession(tar_of({"flamegraph.html": b"<html>", "summary.txt": huge}))
+    with pytest.raises(sessions.SessionError, match="'summary.txt' is larger than"):
+        session.fetch("/tmp/sidecar-debug/x", {"flamegraph.html": tmp_path / "f.html"},
+                      read=["summary.txt"])
+    assert not (tmp_path / "f.html").exists()
+
+
+def test_pod_text_for_the_terminal_has_no_control_sequences() -> None:
+    from webhook.sessions.copyback import terminal_text
+
+    shown = terminal_text(b"fib\t42\n\x1b]52;c;cGF5bG9hZA==\x07\xc2\x9b2J\rover\xff\n", 1000)
+    assert shown == "fib\t42\n\\x1b]52;c;cGF5bG9hZA==\\x07\\x9b2J\\rover\ufffd\n"
+    assert terminal_text("\u202egnp.exe\n".encode()) == "\\u202egnp.exe\n"  # RTL override
+    cut = terminal_text(b"a" * 100, 10)
+    assert cut.startswith("a" * 10 + "\n[... 90 more bytes")
+
+
 HOSTILE = [
     pytest.param(tar_of({**TRACE, "/etc/evil": b"x"}), "unsafe path", id="absolute"),
     pytest.param(tar_of({**TRACE, "../evil": b"x"}), "unsafe path", id="parent"),
@@ -433,14 +453,6 @@ class LocalToolset(sessions.Session):
                                    done.stderr)
 
 
-def page_data(html: str) -> Any:
-    import re
-
-    match = re.search(r'<script id="profile" type="application/json">(.*?)</script>', html, re.S)
-    assert match
-    return json.loads(match.group(1))
-
-
 @pytest.fixture
 def remote_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     base = tmp_path / "pod"
@@ -477,6 +489,21 @@ def test_flamegraph_renders_the_run_here_with_the_recordings_named_share(
                        f"flame graph:   {target}",
                        f"folded stacks: {target.with_suffix('.folded')}"]
     assert list(remote_base.iterdir()) == []  # the recording is removed from the pod
+
+
+def test_flamegraph_does_not_repeat_the_toolsets_named_share(
+        tmp_path: Path, remote_base: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    summary = (b"hottest functions of PID 7 (node): node /app/app.js (cpu, self samples):\n"
+               b"   90.0%      90  fibonacci\n"
+               b"named frames: 90.0 % of 300 sampled frames; stacks 3.0 deep on average\n")
+    session = LocalToolset({"stacks.folded": FOLDED, "summary.txt": summary,
+                            "meta.json": b'{"named_share": 0.9}'})
+    target = tmp_path / "fg.html"
+    assert sessions.flamegraph(session, seconds=1, frequency=99, pid=None, name=None,
+                               output=target) == 0
+    out = capsys.readouterr().out
+    assert out.count("named frames") == 1 and out.startswith(summary.decode())
+    assert page_data(target.read_text())["named"] == {"share": 0.9, "source": "meta.json"}
 
 
 def test_flamegraph_passes_the_profile_type_through(tmp_path: Path, remote_base: Path) -> None:

@@ -1,0 +1,112 @@
+"""The chart's export settings (docs/exports.md): results.export reaches the container that stores
+runs as the JSON the Python side parses, each sink's Secret is mounted read-only where it reads
+credentials, and the schema refuses what the Python side would refuse; nothing without a url."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chart.helm import Manifest, render, template_error
+from webhook.results.export.settings import ENV_EXPORT, SECRETS_ROOT, ExportSettings
+
+pytestmark = pytest.mark.chart
+
+ON = ["results.enabled=true"]
+SINKS = [*ON, "results.export.pyroscope.url=https://profiles.example:443/p",
+         "results.export.pyroscope.existingSecret=pyroscope-creds",
+         "results.export.pyroscope.labels.cluster=prod",
+         "results.export.parca.url=http://parca.parca:7070"]
+
+
+def containers(manifest: Manifest) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(pod spec, container) of every Deployment's containers."""
+    pods = [deployment["spec"]["template"]["spec"] for deployment in manifest.all("Deployment")]
+    return [(pod, container) for pod in pods for container in pod["containers"]]
+
+
+def exporting(manifest: Manifest) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(pod spec, container) of every container that gets SIDECAR_DEBUG_EXPORT."""
+    return [(pod, container) for pod, container in containers(manifest)
+            if any(e["name"] == ENV_EXPORT for e in container.get("env", []))]
+
+
+def test_nothing_without_a_sink_url() -> None:
+    for sets in (ON, [*ON, "results.export.pyroscope.existingSecret=creds"]):
+        manifest = render(sets=sets)
+        assert exporting(manifest) == []
+        assert not any(v["name"].startswith("export-") for pod, _ in containers(manifest)
+                       for v in pod.get("volumes", []))
+
+
+def test_the_storing_container_gets_the_settings_and_the_secrets() -> None:
+    [(pod, container)] = exporting(render(sets=SINKS))
+    assert container["command"][:3] == ["sidecar-debug", "results", "service"]  # the writer
+    value = next(e["value"] for e in container["env"] if e["name"] == ENV_EXPORT)
+    settings = ExportSettings.from_environ({ENV_EXPORT: value})  # the Python side accepts it
+    sinks = {sink.kind: sink for sink in settings.sinks}
+    assert sinks["pyroscope"].url == "https://profiles.example:443/p"
+    assert sinks["pyroscope"].secret_dir == SECRETS_ROOT / "pyroscope"
+    assert sinks["pyroscope"].labels == {"cluster": "prod"}
+    assert sinks["pyroscope"].name == "sidecar-debug" and sinks["parca"].name == "process_cpu"
+    assert sinks["parca"].secret_dir is None
+    assert (settings.queue_size, settings.attempts, settings.backoff) == (100, 5, 2.0)
+    assert sinks["parca"].timeout == 10.0
+    mounts = [m for m in container["volumeMounts"] if m["name"].startswith("export-")]
+    assert mounts == [{"name": "export-pyroscope", "mountPath": str(SECRETS_ROOT / "pyroscope"),
+                       "readOnly": True}]
+    volumes = [v for v in pod["volumes"] if v["name"].startswith("export-")]
+    assert volumes == [{"name": "export-pyroscope", "secret": {"secretName": "pyroscope-creds"}}]
+
+
+def test_the_defaults_are_the_python_defaults() -> None:
+    import yaml
+
+    values = yaml.safe_load((Path(__file__).resolve().parents[2] / "charts" / "sidecar-debug"
+                             / "values.yaml").read_text())
+    export = values["results"]["export"]
+    export["parca"]["url"] = "http://parca:7070"
+    settings = ExportSettings.from_mapping(export)
+    assert settings == ExportSettings(sinks=settings.sinks)  # queue, attempts, backoff
+    assert settings.sinks[0].timeout == 10.0 and settings.sinks[0].name == "process_cpu"
+    assert json.loads(json.dumps(export))  # plain JSON, as the template passes it
+
+
+@pytest.mark.parametrize(("value", "field"), [
+    ("results.export.pyroscope.url=ftp://x", "url"),
+    ("results.export.pyroscope.url=http://user:pw@x", "url"),
+    ("results.export.parca.labels.pod=x", "pod"),
+    ("results.export.parca.labels.cluster-name=x", "cluster-name"),
+    ("results.export.parca.profileName=process-cpu", "profileName"),
+    ("results.export.pyroscope.applicationName=a{b}", "applicationName"),
+    ("results.export.queueSize=0", "queueSize"),
+    ("results.export.pyroscope.tenant=a", "tenant"),
+    ("results.export.parca.existingSecret=Not_A_Name", "existingSecret"),
+])
+def test_the_schema_refuses_what_the_exporter_would(value: str, field: str) -> None:
+    assert field in template_error(sets=[*ON, value])
+
+
+def test_the_results_network_policy_lets_exports_out() -> None:
+    """The results service's egress is the API and DNS; a sink's URL port is added (to
+    egressTo when given), or every export would time out under an enforcing network plugin."""
+    def egress(manifest: Manifest) -> list[dict[str, Any]]:
+        policies = [p for p in manifest.all("NetworkPolicy")
+                    if p["metadata"]["name"].endswith("-results")]
+        assert len(policies) == 1
+        return list(policies[0]["spec"]["egress"])
+
+    plain = egress(render(sets=ON))
+    rules = egress(render(sets=SINKS))
+    assert rules[:len(plain)] == plain
+    assert rules[len(plain):] == [{"ports": [{"port": 443, "protocol": "TCP"},
+                                             {"port": 7070, "protocol": "TCP"}]}]
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    scoped = egress(render(sets=[
+        *ON, "results.export.pyroscope.url=http://pyroscope.monitoring:4040",
+        "results.export.egressTo[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name"
+        "=monitoring"]))
+    assert scoped[len(plain):] == [{"ports": [{"port": 4040, "protocol": "TCP"}], "to": [peer]}]

@@ -1,0 +1,178 @@
+"""`sidecar-debug guard check -f FILE|- [--level baseline|restricted]`: the guard, offline.
+
+Every Pod and pod template of workloads (and Lists of them) in a multi-document YAML stream is
+checked as the validating webhook checks it (webhook.guard.check.evaluate): the Pod Security
+Standards on every container, except our toolset where it is exactly what sidecar-debug builds.
+Offline nobody can be asked whether the pod's creator holds a profile's grant: a verified
+toolset is then reported, not refused. Documents are read as `inject` reads them
+(webhook.manifest_yaml), aliases bounded the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from typing import Any, TextIO
+
+import yaml
+
+from webhook import manifest_yaml
+from webhook.commands.errors import EXIT_FAILED, EXIT_USAGE
+from webhook.commands.inject import offline_settings, read_input
+from webhook.config import Settings
+from webhook.guard import check, pss
+from webhook.inject.workloads import WORKLOAD_KINDS, pod_templates
+
+DESCRIPTION = """\
+Check Pods and the pod templates of Deployments, StatefulSets, DaemonSets, ReplicaSets,
+ReplicationControllers, Jobs and CronJobs (and Lists of them) in multi-document YAML against
+the Pod Security Standards, as sidecar-debug's validating webhook does in the namespaces it
+guards: every container, init container and ephemeral container, and the pod's own fields.
+
+The one exception is sidecar-debug's toolset: a container that is exactly what the injector
+or `attach` builds for its profile. Offline, whether its creator holds the profile's RBAC grant
+cannot be checked: it is reported as a note, and the webhook checks it at admission. A
+container that runs the toolset image but is not the toolset, or a status annotation that
+claims an injection no toolset backs, is a violation.
+
+Each violation is one line: FILE:LINE: document N, KIND 'NAME': FIELD: REASON: MESSAGE, then
+Pod Security admission's own message for each pod that would be denied.
+
+Exit 0: every pod would be admitted. 1: at least one would be denied. 2: the input (or part
+of it) cannot be read (the rest is still checked), or a usage error.
+"""
+
+_TOKEN = re.compile(r'\.?([A-Za-z0-9_]+)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]')
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    guard = subparsers.add_parser(
+        "guard",
+        help="the validating guard (Pod Security Standards but for the toolset), offline",
+        description="The validating guard's checks, offline. See docs/policy.md.",
+    )
+    guard.set_defaults(func=lambda _args: _usage(guard))
+    commands = guard.add_subparsers(dest="guard_command", metavar="SUBCOMMAND")
+    parser = commands.add_parser(
+        "check",
+        help="check manifests as the guard would (exit 1 when a pod would be denied)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("-f", "--filename", required=True, help="YAML file, or - for stdin")
+    parser.add_argument(
+        "--level",
+        choices=pss.LEVELS,
+        default="baseline",
+        help="Pod Security Standards level (default: baseline, the guard's default)",
+    )
+    parser.add_argument("--config", help="settings file, as for `serve` (profiles, image)")
+    parser.add_argument("--toolset-image", help="the toolset image the webhook injects")
+    parser.set_defaults(func=run)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def field_line(root: Any, path: str) -> int:
+    """The 0-based line, in the document, of the deepest node of `path` that `root` (the
+    document's libyaml node tree) has: a missing field is reported at its parent."""
+    if root is None:
+        return 0
+    node = root
+    line = int(node.start_mark.line)
+    for match in _TOKEN.finditer(path):
+        name, index, quoted = match.groups()
+        if isinstance(node, yaml.MappingNode):
+            key = json.loads(quoted) if quoted is not None else name
+            found = next((pair for pair in node.value if pair[0].value == key), None)
+            if found is None:
+                break
+            line, node = int(found[0].start_mark.line), found[1]
+        elif (
+            isinstance(node, yaml.SequenceNode)
+            and index is not None
+            and int(index) < len(node.value)
+        ):
+            node = node.value[int(index)]
+            line = int(node.start_mark.line)
+        else:
+            break
+    return line
+
+
+def check_bytes(
+    data: bytes, name: str, settings: Settings, level: pss.Level, out: TextIO, err: TextIO
+) -> int:
+    """Check every pod in `data`; report to `out` (violations) and `err` (what cannot be read,
+    the summary). Returns the exit code."""
+    try:
+        manifest_yaml.check_encoding(data, name)
+    except manifest_yaml.InputError as exc:
+        print(f"sidecar-debug: {exc}", file=err)
+        return EXIT_USAGE
+    if data.startswith(manifest_yaml.UTF8_BOM):
+        data = data[len(manifest_yaml.UTF8_BOM) :]
+    unreadable = denied = checked = 0
+    for chunk in manifest_yaml.split(data):
+        if not chunk.index:
+            continue
+        where = f"{name}:{{line}}: document {chunk.index}"
+        try:
+            text = manifest_yaml.decode(chunk)
+            if manifest_yaml.scan(text, chunk) not in WORKLOAD_KINDS:
+                continue
+            prefix, body, _ = manifest_yaml.parts(text)
+            plain = manifest_yaml.fast_load(body)
+            if plain is None:  # libyaml's constructors cannot: the round trip reads it
+                plain = manifest_yaml.to_plain(manifest_yaml.load(text, chunk).tree)
+        except manifest_yaml.Problem as problem:
+            unreadable += 1
+            print(f"sidecar-debug: {where.format(line=problem.line)}: {problem.message}", file=err)
+            continue
+        root = manifest_yaml.compose(body)  # line numbers, from libyaml's nodes
+        base = chunk.input_line(prefix.count("\n"))
+        for found in pod_templates(plain):
+            at = where.format(line=base + field_line(root, found.path.rstrip(".")))
+            if found.pod is None:
+                unreadable += 1
+                print(f"sidecar-debug: {at}, {found.what}: {found.problem}", file=err)
+                continue
+            checked += 1
+            result = check.evaluate(found.pod, settings, level, None)
+            for violation in result.violations:
+                path = found.path + violation.field
+                line = base + field_line(root, path)
+                print(
+                    f"{where.format(line=line)}, {found.what}: {path}: {violation.reason}: "
+                    f"{violation.message}",
+                    file=out,
+                )
+            for note in result.notes():
+                print(f"{at}, {found.what}: note: {note}", file=out)
+            if not result.allowed:
+                denied += 1
+                print(f"{at}, {found.what}: would be denied: {result.message()}", file=out)
+    summary = (
+        f"sidecar-debug: {name}: {denied} of {checked} pods and pod templates would be "
+        f"denied at level {level}"
+    )
+    if unreadable:
+        summary += f"; {unreadable} documents or templates could not be read (above)"
+    print(summary, file=err)
+    if unreadable:
+        return EXIT_USAGE
+    return EXIT_FAILED if denied else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = offline_settings(args)
+    found = read_input(args.filename) if settings is not None else None
+    if settings is None or found is None:
+        return EXIT_USAGE
+    name, data = found
+    return check_bytes(data, name, settings, args.level, sys.stdout, sys.stderr)

@@ -1,0 +1,56 @@
+"""Export metrics, registered in the registry of the process that exports (the results
+service's, or the controller's while it still stores runs)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+OUTCOMES = ("sent", "rejected", "failed", "dropped", "unreadable")
+
+
+@dataclass(frozen=True)
+class ExportMetrics:
+    exports: Counter
+    attempts: Counter
+    queued: Gauge
+    delay: Histogram
+
+
+_BY_REGISTRY: dict[int, ExportMetrics] = {}
+_LOCK = threading.Lock()
+
+
+def for_registry(registry: CollectorRegistry = REGISTRY) -> ExportMetrics:
+    """The export metrics of `registry`, created on first use (a registry refuses a name
+    twice)."""
+    with _LOCK:
+        found = _BY_REGISTRY.get(id(registry))
+        if found is None:
+            found = ExportMetrics(
+                exports=Counter(
+                    "sidecar_debug_exports",
+                    "Runs handed to an export sink, by sink (pyroscope, parca) and outcome: sent; "
+                    "rejected (the sink refused it: a 4xx other than 408/429, a redirect, TLS); "
+                    "failed (no success within the attempts); dropped (the sink's queue was "
+                    "full); unreadable (the run was gone or damaged when its turn came).",
+                    ["sink", "outcome"], registry=registry),
+                attempts=Counter(
+                    "sidecar_debug_export_attempts",
+                    "HTTP requests to export sinks, by sink and result (the status code, "
+                    "timeout, connection, tls, credentials).",
+                    ["sink", "result"], registry=registry),
+                queued=Gauge(
+                    "sidecar_debug_export_queue_length",
+                    "Runs waiting for an export sink (the one being sent included), by sink.",
+                    ["sink"], registry=registry, multiprocess_mode="livesum"),
+                delay=Histogram(
+                    "sidecar_debug_export_delay_seconds",
+                    "From handing a run to a sink to the sink's success, retries included.",
+                    ["sink"], registry=registry,
+                    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)),
+            )
+            _BY_REGISTRY[id(registry)] = found
+        return found

@@ -1,0 +1,84 @@
+"""One HTTP request to a sink, and what its answer means for retrying.
+
+urllib from the standard library: two POSTs with static headers need no client library. Two
+things it does by default are turned off: following redirects (it would resend the
+Authorization header to wherever a redirect points, and turn the POST into a GET) and reading
+an unbounded answer (only the first KiB of an error is kept, for the log).
+"""
+
+from __future__ import annotations
+
+import http.client
+import ssl
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import IO, Any
+
+from webhook.results.export.wire import Request
+
+MAX_ANSWER = 1024
+
+
+@dataclass(frozen=True)
+class Answer:
+    """`result` is the metric's word for it: the status code, `timeout` or `connection`;
+    `retry` whether another attempt may succeed; `retry_after` the server's wish (seconds)."""
+
+    ok: bool
+    result: str
+    retry: bool
+    message: str = ""
+    retry_after: float | None = None
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int,
+                         msg: str, headers: Any, newurl: str) -> None:
+        return None  # urllib then raises HTTPError with the 3xx: configure the final URL
+
+
+def send(request: Request, *, timeout: float, context: ssl.SSLContext | None) -> Answer:
+    handlers: list[urllib.request.BaseHandler] = [_NoRedirects()]
+    if context is not None:
+        handlers.append(urllib.request.HTTPSHandler(context=context))
+    opener = urllib.request.build_opener(*handlers)
+    # S310: settings.py admits only http:// and https:// base URLs.
+    outgoing = urllib.request.Request(request.url, data=request.body,  # noqa: S310
+                                      headers=dict(request.headers), method=request.method)
+    try:
+        with opener.open(outgoing, timeout=timeout) as response:
+            response.read(MAX_ANSWER)
+            return Answer(True, str(response.status), False)
+    except urllib.error.HTTPError as error:
+        code = error.code
+        message = _excerpt(error.read(MAX_ANSWER) if error.fp is not None else b"")
+        error.close()
+        # Worth another try: the server is overloaded or restarting, or asked us to wait.
+        retry = code in (408, 425, 429) or code >= 500
+        return Answer(False, str(code), retry, f"HTTP {code}: {message or error.reason}",
+                      _retry_after(error.headers.get("Retry-After")))
+    except TimeoutError:
+        return Answer(False, "timeout", True, f"no answer within {timeout:g} s")
+    except urllib.error.URLError as error:
+        reason = error.reason
+        if isinstance(reason, TimeoutError):
+            return Answer(False, "timeout", True, f"no answer within {timeout:g} s")
+        if isinstance(reason, ssl.SSLCertVerificationError):
+            return Answer(False, "tls", False, f"TLS: {reason.verify_message or reason}")
+        return Answer(False, "connection", True, f"cannot connect: {reason}")
+    except (OSError, http.client.HTTPException) as error:  # reset mid-answer, bad status line
+        return Answer(False, "connection", True, f"connection failed: {error}")
+
+
+def _excerpt(data: bytes) -> str:
+    """The start of a sink's answer for one log line: no line breaks, no control characters."""
+    text = " ".join(data.decode("utf-8", errors="replace").split())
+    return "".join(c if c.isprintable() else "?" for c in text)[:300]
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds (the HTTP-date form is rare for APIs and ignored)."""
+    if value is None or not value.strip().isascii() or not value.strip().isdigit():
+        return None
+    return float(min(int(value.strip()[:6]), 86400))

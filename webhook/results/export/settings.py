@@ -1,0 +1,200 @@
+"""Export settings: which sinks, where, with which credentials, how patiently.
+
+The chart passes `results.export` as JSON in SIDECAR_DEBUG_EXPORT and mounts each sink's
+Secret (`existingSecret`) at /etc/sidecar-debug/export/SINK/. Everything is checked when the
+process starts (ExportSettingsError names the value), so a typo fails the rollout rather than
+every export. The Secret's files are read at each request: a rotated token is used without a
+restart.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+ENV_EXPORT = "SIDECAR_DEBUG_EXPORT"
+SECRETS_ROOT = Path("/etc/sidecar-debug/export")
+SINKS = ("pyroscope", "parca")
+# Prometheus' label names (Parca checks them); Pyroscope also allows '.', we do not need it.
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,62}$")
+_RESERVED = frozenset({"__name__", "namespace", "pod", "container", "technique", "schedule"})
+# Pyroscope's application names: letters, digits, '_', '.', '-', '/' (its labelset.go).
+_APP_NAME = re.compile(r"^[a-zA-Z0-9_./-]{1,100}$")
+MAX_SECRET_FILE = 64 << 10
+
+
+class ExportSettingsError(ValueError):
+    """A value under results.export that cannot work; the message names it."""
+
+
+class CredentialsError(ValueError):
+    """The mounted Secret holds something that cannot be sent (a key is missing or has a line
+    break); the message names the key."""
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    """One export sink: `kind` pyroscope or parca, its base `url`, the profile name (Pyroscope's
+    application name, Parca's __name__), static labels added to every run's, and the directory
+    of its mounted Secret (None: no credentials)."""
+
+    kind: str
+    url: str
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    secret_dir: Path | None = None
+    timeout: float = 10.0
+
+    def endpoint(self, path: str) -> str:
+        return self.url.rstrip("/") + path
+
+    def _secret(self, key: str) -> str | None:
+        if self.secret_dir is None:
+            return None
+        path = self.secret_dir / key
+        try:
+            with path.open("rb") as handle:
+                data = handle.read(MAX_SECRET_FILE + 1)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            raise CredentialsError(f"{path}: {error.strerror}") from error
+        if len(data) > MAX_SECRET_FILE:
+            raise CredentialsError(f"{path}: larger than {MAX_SECRET_FILE} bytes")
+        text = data.decode("utf-8", errors="replace").strip()  # `echo` adds a newline
+        if key != "ca.crt" and any(c in text for c in "\r\n\0"):
+            raise CredentialsError(f"{path}: a header value cannot hold a line break")
+        return text or None
+
+    def headers(self) -> dict[str, str]:
+        """Authorization (basic from `username` + `password`, else bearer from `token`) and
+        X-Scope-OrgID from `tenant`, as the Secret holds them now."""
+        headers: dict[str, str] = {}
+        username, password, token = (self._secret(k) for k in ("username", "password", "token"))
+        if username is not None or password is not None:
+            if username is None or password is None:
+                raise CredentialsError(f"{self.secret_dir}: basic authentication needs both "
+                                       "`username` and `password`")
+            pair = base64.b64encode(f"{username}:{password}".encode()).decode()
+            headers["Authorization"] = f"Basic {pair}"
+        elif token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        tenant = self._secret("tenant")
+        if tenant is not None:
+            headers["X-Scope-OrgID"] = tenant
+        return headers
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """For https: the system's CAs, or the Secret's `ca.crt` when it has one."""
+        if not self.url.startswith("https:"):
+            return None
+        ca = self._secret("ca.crt")
+        try:
+            return ssl.create_default_context(cadata=ca) if ca else ssl.create_default_context()
+        except (ssl.SSLError, ValueError) as error:
+            raise CredentialsError(f"{self.secret_dir}/ca.crt: not a PEM certificate "
+                                   f"({error})") from error
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """The sinks and the queue every one of them gets: at most `queue_size` runs waiting,
+    `attempts` tries per run (the first included), waits from `backoff` seconds doubling up to
+    `max_backoff`."""
+
+    sinks: tuple[SinkSettings, ...] = ()
+    queue_size: int = 100
+    attempts: int = 5
+    backoff: float = 2.0
+    max_backoff: float = 300.0
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str], *,
+                     secrets_root: Path = SECRETS_ROOT) -> ExportSettings:
+        text = environ.get(ENV_EXPORT, "").strip()
+        if not text:
+            return cls()
+        try:
+            raw = json.loads(text)
+        except ValueError as error:
+            raise ExportSettingsError(f"{ENV_EXPORT}: not JSON ({error})") from error
+        return cls.from_mapping(raw, secrets_root=secrets_root)
+
+    @classmethod
+    def from_mapping(cls, raw: Any, *, secrets_root: Path = SECRETS_ROOT,
+                     where: str = "results.export") -> ExportSettings:
+        _require(isinstance(raw, dict), where, "must be an object")
+        # egressTo is the chart's (the NetworkPolicy): known, not used here.
+        known = {"queueSize", "attempts", "backoffSeconds", "timeoutSeconds", "egressTo", *SINKS}
+        unknown = sorted(set(raw) - known)
+        _require(not unknown, where, f"unknown field(s) {unknown}; known: {sorted(known)}")
+        timeout = _number(raw, "timeoutSeconds", 10.0, 0.1, 600, where)
+        sinks = []
+        for kind in SINKS:
+            sink = _sink(kind, raw.get(kind), timeout, secrets_root, f"{where}.{kind}")
+            if sink is not None:
+                sinks.append(sink)
+        return cls(sinks=tuple(sinks),
+                   queue_size=int(_number(raw, "queueSize", 100, 1, 100_000, where, True)),
+                   attempts=int(_number(raw, "attempts", 5, 1, 100, where, True)),
+                   backoff=_number(raw, "backoffSeconds", 2.0, 0.0, 3600, where))
+
+
+def _require(condition: bool, where: str, problem: str) -> None:
+    if not condition:
+        raise ExportSettingsError(f"{where}: {problem}")
+
+
+def _number(raw: Mapping[str, Any], key: str, default: float, low: float, high: float,
+            where: str, integer: bool = False) -> float:
+    value = raw.get(key, default)
+    kind = int if integer else (int, float)
+    _require(isinstance(value, kind) and not isinstance(value, bool) and low <= value <= high,
+             f"{where}.{key}", f"must be {'an integer' if integer else 'a number'} from "
+             f"{low:g} to {high:g}, got {value!r}")
+    return float(value)
+
+
+def _sink(kind: str, raw: Any, timeout: float, secrets_root: Path,
+          where: str) -> SinkSettings | None:
+    if raw is None:
+        return None
+    _require(isinstance(raw, dict), where, "must be an object")
+    name_key = "applicationName" if kind == "pyroscope" else "profileName"
+    known = {"url", "labels", "existingSecret", name_key}
+    unknown = sorted(set(raw) - known)
+    _require(not unknown, where, f"unknown field(s) {unknown}; known: {sorted(known)}")
+    url = raw.get("url") or ""
+    _require(isinstance(url, str), f"{where}.url", "must be a string")
+    if not url:
+        return None  # the chart's default: this sink is off
+    parts = urlsplit(url)
+    _require(parts.scheme in ("http", "https") and bool(parts.hostname),
+             f"{where}.url", f"must be an http:// or https:// URL, got {url!r}")
+    _require(not parts.query and not parts.fragment and not parts.username,
+             f"{where}.url", "the base URL only (no query, fragment or user: credentials go "
+             "in existingSecret)")
+    default_name = "sidecar-debug" if kind == "pyroscope" else "process_cpu"
+    name = raw.get(name_key) or default_name
+    pattern = _APP_NAME if kind == "pyroscope" else _LABEL_NAME
+    _require(isinstance(name, str) and bool(pattern.match(name)), f"{where}.{name_key}",
+             f"must match {pattern.pattern}, got {name!r}")
+    labels = raw.get("labels") or {}
+    _require(isinstance(labels, dict), f"{where}.labels", "must be an object")
+    for key, value in labels.items():
+        _require(bool(_LABEL_NAME.match(key)) and key not in _RESERVED, f"{where}.labels",
+                 f"{key!r} is not a label name we may set (letters, digits, '_'; not one of "
+                 f"{sorted(_RESERVED)})")
+        _require(isinstance(value, str) and value.isprintable() and len(value) <= 200,
+                 f"{where}.labels.{key}", "must be printable text of at most 200 characters")
+    secret = raw.get("existingSecret") or ""
+    _require(isinstance(secret, str), f"{where}.existingSecret", "must be a string")
+    return SinkSettings(kind=kind, url=url, name=name, labels=dict(labels),
+                        secret_dir=secrets_root / kind if secret else None, timeout=timeout)
