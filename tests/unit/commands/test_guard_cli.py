@@ -22,6 +22,7 @@ from tests.unit.core_helpers import default_settings
 from tests.unit.guard.test_pss import CHECK, EXPECT, FIELD, FIXTURES
 from webhook import constants
 from webhook.commands import guard as guard_cli
+from webhook.guard import pss
 from webhook.guard.pss import Level
 from webhook.manifest_yaml import _CheckLoader
 
@@ -51,23 +52,30 @@ def test_guard_check_agrees_with_each_fixture(path: Path) -> None:
     level = cast(Level, path.parent.name)
     code, out, err = check(path.read_bytes(), level, path.name)
     documents = list(yaml.load_all(path.read_text(), Loader=_CheckLoader))  # noqa: S506
-    violations: dict[int, set[tuple[str, str]]] = {}
-    denied: set[int] = set()
+    violations: dict[int, set[tuple[str, str, str]]] = {}
+    denied: dict[int, str] = {}
     for line in out.splitlines():
         if ": would be denied: " in line:
-            denied.add(int(line.split(": document ")[1].split(",")[0]))
-            assert f'violates PodSecurity "{level}:latest": ' in line
+            number, summary = line.split(": document ")[1].split(": would be denied: ")
+            denied[int(number.split(",")[0])] = summary
             continue
         match = LINE.match(line)
         assert match, line
-        violations.setdefault(int(match["doc"]), set()).add((match["field"], match["reason"]))
+        violations.setdefault(int(match["doc"]), set()).add(
+            (match["field"], match["reason"], match["message"]))
     for number, pod in enumerate(documents, 1):
         annotations = pod["metadata"]["annotations"]
         if annotations[EXPECT] == "pass":
             assert number not in violations and number not in denied, (path.name, number)
         else:
-            assert {f for f, _ in violations[number]} == {annotations[FIELD]}, (path.name, number)
-            assert number in denied
+            assert {f for f, _, _ in violations[number]} == {annotations[FIELD]}, (
+                path.name, number)
+            # The command says exactly what the checks say: fields, reasons, messages, and
+            # Pod Security's summary (check_pod and `guard check` are one code path).
+            result = pss.evaluate(pod, level)
+            assert violations[number] == {(v.field, v.reason, v.message)
+                                          for v in result.violations}, (path.name, number)
+            assert denied[number] == result.message(), (path.name, number)
     assert code == 1
     failing = sum(d["metadata"]["annotations"][EXPECT] == "fail" for d in documents)
     assert err == (f"sidecar-debug: {path.name}: {failing} of {len(documents)} pods and pod "

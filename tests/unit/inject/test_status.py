@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +60,35 @@ def test_read_status_of_objects_without_annotations() -> None:
     assert not read_status({"metadata": None}).present
     assert not read_status({"metadata": {"annotations": ["x"]}}).present
     assert read_status({"metadata": {"annotations": {constants.ANNOTATION_STATUS: "x"}}}).present
+
+
+def _status_accesses(source: str) -> list[int]:
+    """Lines that read or write the status annotation by key: `x[...ANNOTATION_STATUS]`,
+    `x.get(...ANNOTATION_STATUS)` (also pop/setdefault), in any module."""
+    def is_key(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "ANNOTATION_STATUS") or (
+            isinstance(node, ast.Name) and node.id == "ANNOTATION_STATUS")
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Subscript) and is_key(node.slice):
+            found.append(node.lineno)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("get", "pop", "setdefault") and node.args
+              and is_key(node.args[0])):
+            found.append(node.lineno)
+    return found
+
+
+def test_the_status_annotation_is_read_and_written_in_one_place() -> None:
+    """Issue 17 item 7: it was parsed in six places, each its own way; now only
+    webhook.inject.status touches the key (everything else goes through InjectionStatus)."""
+    package = Path(constants.__file__).parent
+    elsewhere = {
+        f"{path.relative_to(package.parent)}:{line}"
+        for path in sorted(package.rglob("*.py"))
+        if path != package / "inject" / "status.py"
+        for line in _status_accesses(path.read_text())
+    }
+    assert elsewhere == set()
+    assert _status_accesses((package / "inject" / "status.py").read_text())  # the check sees it
