@@ -216,58 +216,64 @@ def test_leader_failover_within_the_lease_duration(
 def test_an_attached_toolset_ends_itself_at_its_deadline_and_the_app_keeps_running(
         full_cluster: Cluster, chart_release: str, make_namespace: MakeNamespace,
         controllers: Callable[..., Controller], tmp_path: Path) -> None:
-    """onExpiry stop without exec (issue 19): the attached toolset ends itself at the deadline
-    in its env (the webhook writes it; here the test adds the ephemeral container with the
-    deadline as the webhook would); the controller, which holds no exec right, neither stops it
-    nor reports it while it ends in time. The pod, its app and its standby wiring stay."""
+    """onExpiry stop without exec (issue 19): the release's policy gives sessions in `stop-*`
+    namespaces 45 s; the webhook writes the attached toolset's deadline into its env, and the
+    toolset ends itself then (exit 0). The controller, which holds no exec right, neither stops
+    it nor reports it, since it ended in time. The pod, its app and its wiring stay."""
+    from tests.e2e.conftest import CHART, RELEASE_NAMESPACE, helm_values
     from webhook import constants
-    from webhook.inject.attach import attached_name, build_attach_container, default_target
-    from webhook.kube import client as kube
-    from webhook.sessions.session import Session, attach_settings
 
-    namespace = make_namespace("stop", {"debug": "enabled"})
-    apply(full_cluster, pod_manifest("cart", namespace,
-                                     annotations={"sidecar-debug.io/mode": "standby"}))
-    wait_pod_running(full_cluster, namespace, "cart")
-    api = kube.api_client(str(full_cluster.kubeconfig))
-    session = Session(api_client=api, pod="cart", namespace=namespace)
-    settings = attach_settings(session)
-    pod = session.read_pod()
-    container = build_attach_container(pod, settings, settings.profiles["lttng"],
-                                       name=attached_name("d1e2a3"),
-                                       target=str(default_target(pod, settings)),
-                                       with_security_context=False)
-    deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=45)
-    container["env"].append({"name": constants.ENV_SESSION_DEADLINE,
-                             "value": deadline.strftime("%Y-%m-%dT%H:%M:%SZ")})
-    path = f"/api/v1/namespaces/{namespace}/pods/cart/ephemeralcontainers"
-    current = kube.request(api, "GET", path, None, None)
-    kube.request(api, "PUT", path, {
-        "apiVersion": "v1", "kind": "EphemeralContainers", "metadata": current["metadata"],
-        "ephemeralContainers": [container]}, "application/json")
-
-    def state() -> dict[str, Any]:
+    rule = {"apiVersion": "sidecar-debug.io/v1alpha1", "kind": "DebugPolicy",
+            "metadata": {"name": "e2e-stop"},
+            "spec": {"rules": [{"name": "short-attached", "match": {"namespaces": ["stop-*"]},
+                                "maxSessionDuration": "45s", "onExpiry": "stop"}]}}
+    release = ["upgrade", chart_release, str(CHART), "-n", RELEASE_NAMESPACE, "--wait",
+               "--timeout", "5m"]
+    full_cluster.helm(*release, *helm_values(
+        "--set-json", f"policies.extra={json.dumps({'e2e-stop.yaml': rule})}"), timeout=400)
+    try:
+        namespace = make_namespace("stop", {"debug": "enabled"})
+        apply(full_cluster, pod_manifest("cart", namespace,
+                                         annotations={"sidecar-debug.io/mode": "standby"}))
+        wait_pod_running(full_cluster, namespace, "cart")
+        attached = subprocess.run([SIDECAR_DEBUG, "attach", "cart", "-n", namespace,
+                                   "--kubeconfig", str(full_cluster.kubeconfig)],
+                                  capture_output=True, text=True, timeout=300)
+        assert attached.returncode == 0, attached.stderr
+        container = attached.stdout.splitlines()[0]
         pod = full_cluster.kubectl_json("get", "pod", "cart", "-n", namespace)
-        statuses = pod["status"].get("ephemeralContainerStatuses", [])
-        found = [s for s in statuses if s["name"] == container["name"]]
-        return dict(found[0]["state"]) if found else {}
+        [spec] = [c for c in pod["spec"]["ephemeralContainers"] if c["name"] == container]
+        env = {e["name"]: e.get("value") for e in spec.get("env", [])}
+        deadline = dt.datetime.fromisoformat(
+            env[constants.ENV_SESSION_DEADLINE].replace("Z", "+00:00"))
+        print(f"\n{container}: deadline {env[constants.ENV_SESSION_DEADLINE]} (written by the "
+              "webhook)")
 
-    wait_until(lambda: "running" in state(), 120, f"{container['name']} running")
-    policy = _policy(tmp_path / "policy.yaml", namespace, "20s", "stop")
-    controller = controllers("stopper", namespace, policy=policy)
-    wait_until(lambda: "terminated" in state(), 120,
-               f"{container['name']} to end itself\n" + controller.log())
-    ended = dt.datetime.now(dt.UTC)
-    terminated = state()["terminated"]
-    assert terminated["exitCode"] == 0, terminated
-    assert ended >= deadline - dt.timedelta(seconds=2)  # at its deadline, not before
-    pod = full_cluster.kubectl_json("get", "pod", "cart", "-n", namespace)
-    assert pod["metadata"].get("deletionTimestamp") is None
-    [app] = pod["status"]["containerStatuses"]
-    assert app["name"] == "app" and "running" in app["state"] and app["restartCount"] == 0
-    assert not _events(full_cluster, namespace, "DebugSessionExpired")  # it ended in time
-    listing = subprocess.run([SIDECAR_DEBUG, "sessions", "-n", namespace, "--kubeconfig",
-                              str(full_cluster.kubeconfig)], capture_output=True, text=True,
-                             timeout=60)
-    rows = [line.split() for line in listing.stdout.splitlines()[1:]]
-    assert [row[:2] for row in rows] == [["cart", "standby"]], listing.stdout
+        def state() -> dict[str, Any]:
+            pod = full_cluster.kubectl_json("get", "pod", "cart", "-n", namespace)
+            statuses = pod["status"].get("ephemeralContainerStatuses", [])
+            return dict(next(s for s in statuses if s["name"] == container)["state"])
+
+        policy = _policy(tmp_path / "policy.yaml", namespace, "45s", "stop")
+        controller = controllers("stopper", namespace, policy=policy)
+        wait_until(lambda: "terminated" in state(), 150,
+                   f"{container} to end itself\n" + controller.log())
+        ended = dt.datetime.now(dt.UTC)
+        terminated = state()["terminated"]
+        print(f"ended {ended:%H:%M:%S} ({(ended - deadline).total_seconds():+.0f} s from the "
+              f"deadline), exit code {terminated['exitCode']}")
+        assert terminated["exitCode"] == 0, terminated
+        assert ended >= deadline - dt.timedelta(seconds=2)  # at its deadline, not before
+        pod = full_cluster.kubectl_json("get", "pod", "cart", "-n", namespace)
+        assert pod["metadata"].get("deletionTimestamp") is None
+        [app] = pod["status"]["containerStatuses"]
+        assert app["name"] == "app" and "running" in app["state"] and app["restartCount"] == 0
+        time.sleep(10)  # a few controller passes
+        assert not _events(full_cluster, namespace, "DebugSessionExpired")  # it ended in time
+        listing = subprocess.run([SIDECAR_DEBUG, "sessions", "-n", namespace, "--kubeconfig",
+                                  str(full_cluster.kubeconfig)], capture_output=True, text=True,
+                                 timeout=60)
+        rows = [line.split() for line in listing.stdout.splitlines()[1:]]
+        assert [row[:2] for row in rows] == [["cart", "standby"]], listing.stdout
+    finally:
+        full_cluster.helm(*release, *helm_values(), timeout=400, check=False)

@@ -375,6 +375,41 @@ def test_a_poisoned_namespace_leaves_the_others_schedules_running(
     assert "schedule ignored" in log and "Traceback" not in log
 
 
+def metric(service: Service, name: str, labels: dict[str, str]) -> float:
+    url = service.metrics + "/metrics"
+    with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310 - loopback
+        text = answer.read().decode()
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{") and line.split("}")[0][len(name) + 1:] == wanted:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_the_agent_loop_pushes_a_failed_recording_with_its_reason(
+        lite_cluster: Cluster, service: Service, agent: ModuleType, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The toolset's own loop (`Agent.once`): plan, record, push. Here the recorder cannot run
+    (no pod to record on this host: `flamegraph` is not there), which is what the service must
+    hear: a failure with its reason, counted, and the ticket spent."""
+    monkeypatch.setenv("SIDECAR_DEBUG_PRIVATE_DIR", str(tmp_path / "private"))
+    namespace = new_namespace(lite_cluster, "agent")
+    pod = create(lite_cluster, toolset_pod(service, "web", namespace))
+    as_pod = client(agent, service, token_request(lite_cluster, namespace, "default",
+                                                  audience=AUDIENCE, pod=pod), tmp_path)
+    labels = {"technique": "perf", "outcome": "failed", "reason": "no-output"}
+    before = metric(service, "sidecar_debug_results_runs_total", labels)
+    loop = agent.Agent(as_pod, 20.0)
+
+    def pushed() -> bool:
+        loop.once()
+        return metric(service, "sidecar_debug_results_runs_total", labels) == before + 1
+
+    wait_until(pushed, 60, "the failed recording pushed", interval=1)
+    assert "recording failed (no-output)" in service.log.read_text()
+    assert not (service.directory / namespace).exists()
+
+
 def test_a_pushed_run_is_exported_to_pyroscope_and_parca(lite_cluster: Cluster, service: Service,
                                                          agent: ModuleType,
                                                          tmp_path: Path) -> None:

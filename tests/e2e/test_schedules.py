@@ -68,7 +68,7 @@ def local_volume(full_cluster: Cluster) -> Iterator[str]:
     apply(full_cluster, {"apiVersion": "v1", "kind": "PersistentVolume",
                          "metadata": {"name": name},
                          "spec": {"capacity": {"storage": "2Gi"}, "accessModes": ["ReadWriteOnce"],
-                                  "persistentVolumeReclaimPolicy": "Delete",
+                                  "persistentVolumeReclaimPolicy": "Retain",
                                   "storageClassName": "",
                                   "hostPath": {"path": str(path), "type": "Directory"}}})
     try:
@@ -115,7 +115,12 @@ class Opened:
 
 
 def events(cluster: Cluster, namespace: str, reason: str) -> list[dict[str, Any]]:
+    """Events of `reason` about objects in `namespace`, and about the Namespace itself (those
+    live in `default`, as the apiserver wants for cluster-scoped objects)."""
     items = cluster.kubectl_json("get", "events", "-n", namespace)["items"]
+    items += [e for e in cluster.kubectl_json("get", "events", "-n", "default")["items"]
+              if e["involvedObject"].get("kind") == "Namespace"
+              and e["involvedObject"].get("name") == namespace]
     return [e for e in items if e.get("reason") == reason]
 
 
@@ -146,10 +151,13 @@ def test_a_schedule_runs_with_the_charts_defaults_and_no_exec_right(
         full_cluster.kubectl("annotate", "namespace", poisoned,
                              f"sidecar-debug.io/schedule={POISON}")
         apply(full_cluster, node_pod("web-0", shop, "web", node_sample))
-        # Asks for perf; its service account holds no grant, so its sidecar is downgraded to
-        # lttng (the default policy), which cannot record perf.
+        # Asks for perf, created by a user who may edit the namespace but holds no grant (nor
+        # does the pod's service account): the default policy downgrades its sidecar to lttng,
+        # which cannot record perf.
+        full_cluster.kubectl("create", "rolebinding", "carol-edit", "-n", shop,
+                             "--clusterrole=edit", "--user=carol")
         apply(full_cluster, node_pod("web-lttng", shop, "web", node_sample,
-                                     {"sidecar-debug.io/profile": "perf"}))
+                                     {"sidecar-debug.io/profile": "perf"}), user="carol")
         apply(full_cluster, node_pod("victim", poisoned, "web", node_sample))
         for namespace, name in ((shop, "web-0"), (shop, "web-lttng"), (poisoned, "victim")):
             pod = wait_pod_running(full_cluster, namespace, name)
@@ -169,7 +177,16 @@ def test_a_schedule_runs_with_the_charts_defaults_and_no_exec_right(
                 else []
             return runs or None
 
-        [run] = wait_until(stored, 300, "a scheduled run, pushed by the toolset", interval=3)
+        try:
+            [run] = wait_until(stored, 300, "a scheduled run, pushed by the toolset",
+                               interval=3)
+        except AssertionError:
+            for what in ([f"deployment/{chart_release}-results"], ["web-0", "-c", "debug-toolset"],
+                         [f"deployment/{chart_release}-controller"]):
+                namespace = shop if what[0] == "web-0" else RELEASE_NAMESPACE
+                logs = full_cluster.kubectl("logs", "-n", namespace, *what, check=False)
+                print(f"\n--- logs {' '.join(what)} ---\n{(logs.stdout + logs.stderr)[-6000:]}")
+            raise
         took = time.monotonic() - started
         print(f"\nannotation to stored run: {took:.0f} s; {run}")
         assert (run["pod"], run["technique"]) == ("web-0", "perf") and run["samples"] > 0

@@ -113,7 +113,9 @@ def post_event(api: KubeApi, involved: dict[str, str], reason: str, message: str
     deterministic name was taken: reported before, by this replica or an earlier leader) or
     "failed" (logged; tried again next pass)."""
     stamp = format_time(now)
-    namespace = involved.get("namespace") or involved["name"]  # a Namespace's own Events
+    # A cluster-scoped object's Events live in `default` (the apiserver requires an Event's
+    # namespace to be its object's, or default for none); `kubectl describe namespace` finds them.
+    namespace = involved.get("namespace") or "default"
     body = {
         "apiVersion": "v1", "kind": "Event",
         "metadata": {"name": event_name(involved["name"], involved.get("uid", ""), reason,

@@ -47,11 +47,12 @@ MAX_PUSH_BYTES = 16 << 20  # a folded profile of a busy app is a few MiB at most
 POLL_SECONDS = 20  # how often an agent asks (it is told so in every plan)
 RETENTION_SECONDS = 300.0
 _REASON = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
-# What of an agent's metadata is kept (types checked, sizes capped; all of it is data).
-_META_TEXT = {"runtime": 64, "type": 16, "summary": 4096, "unwinding": 512}
-_META_NUMBERS = ("namedShare", "samples", "seconds", "frequency", "exitCode")
-
-
+# What of an agent's metadata is kept (the toolset's meta.json: types checked, sizes capped;
+# all of it is data the app's text may have reached).
+_META_TEXT = {"runtime": 64, "type": 16, "unit": 16, "technique": 32, "summary": 4096}
+_META_NUMBERS = ("named_share", "mean_depth", "max_depth", "stopped_share", "samples",
+                 "frames", "weight", "seconds", "frequency")
+_META_LISTS = ("warnings", "notes")
 DEFAULT_KEEP = 100
 DEFAULT_MAX_AGE = timedelta(days=30)
 _AGE = re.compile(r"([0-9]{1,6}[dhms]){1,4}")
@@ -110,7 +111,8 @@ def _route() -> str:
 
 
 def clean_meta(raw: Any) -> dict[str, Any]:
-    """The agent's recording metadata, as data: known keys of the right types, capped."""
+    """The recording's metadata as the toolset wrote it (meta.json), as data: known keys of
+    the right types, capped; `unwinding` (binary -> method) at most 50 entries."""
     if not isinstance(raw, dict):
         return {}
     kept: dict[str, Any] = {}
@@ -123,9 +125,14 @@ def clean_meta(raw: Any) -> dict[str, Any]:
         if isinstance(value, int | float) and not isinstance(value, bool) and \
                 abs(value) < 1e12 and value == value:  # noqa: PLR0124 - NaN check
             kept[key] = value
-    notes = raw.get("notes")
-    if isinstance(notes, list):
-        kept["notes"] = [n[:300] for n in notes[:20] if isinstance(n, str)]
+    for key in _META_LISTS:
+        items = raw.get(key)
+        if isinstance(items, list):
+            kept[key] = [n[:300] for n in items[:20] if isinstance(n, str)]
+    unwinding = raw.get("unwinding")
+    if isinstance(unwinding, dict):
+        kept["unwinding"] = {str(k)[:200]: v[:32] for k, v in list(unwinding.items())[:50]
+                             if isinstance(v, str)}
     return kept
 
 
@@ -205,12 +212,13 @@ class Service:
                       ticket.namespace, ticket.pod, reason, message)
             return {"recorded": "failure", "reason": reason}, 200
         stacks = self._stacks(body, ticket)
-        meta = {"duration": ticket.duration, "frequency": ticket.frequency,
+        recording = clean_meta(body.get("meta"))
+        meta = {**{k: v for k, v in recording.items() if k not in ("seconds", "frequency")},
+                "duration": ticket.duration, "frequency": ticket.frequency,
                 "schedule": ticket.schedule, "cron": ticket.cron, "due": ticket.due.isoformat(),
                 "container": (plans.toolset_of(pod, self.planner.settings) or plans.Toolset(
                     "", "", frozenset(), False)).container,
-                "trigger": "schedule", "recording": clean_meta(body.get("meta")),
-                "summary": _one_line(body.get("summary"), 4096)}
+                "trigger": "schedule", "summary": _one_line(body.get("summary"), 4096)}
         try:
             with self.write_lock:
                 run = self.store.save(ticket.namespace, ticket.pod, ticket.technique, stacks,

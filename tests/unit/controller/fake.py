@@ -66,6 +66,11 @@ class FakeApi:
             return {"items": copy.deepcopy(self.namespaces)}
         event = re.fullmatch(r"/api/v1/namespaces/([^/]+)/events", path)
         if event and method == "POST":
+            # As the apiserver validates it: the Event's namespace is its object's, or
+            # `default` for a cluster-scoped object.
+            involved = body["involvedObject"].get("namespace") or "default"
+            if involved != event.group(1):
+                raise ApiError(422, "involvedObject.namespace: does not match event.namespace")
             key = (event.group(1), body["metadata"]["name"])
             if key in self.events:
                 raise ApiError(409, "already exists")

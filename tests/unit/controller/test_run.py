@@ -50,7 +50,8 @@ def test_schedule_checks_run_after_expiry_over_its_pods_and_report_once() -> Non
     listed = [path for method, path in api.calls if method == "GET" and "/api/v1/" in path]
     assert listed[0] == "/api/v1/pods?resourceVersion=0"  # expiry first
     assert listed.count("/api/v1/pods?resourceVersion=0") == 2  # one pod list per pass
-    events = [e for e in api.events.values() if e["reason"] == "ScheduleInvalid"]
+    events = [e for (namespace, _), e in api.events.items() if e["reason"] == "ScheduleInvalid"
+              and namespace == "default"]  # a cluster-scoped object's Events live there
     assert len(events) == 1  # once, not every pass
     assert events[0]["involvedObject"]["kind"] == "Namespace"
     assert "nested 8000 deep" in events[0]["message"]

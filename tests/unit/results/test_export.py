@@ -421,3 +421,21 @@ def test_the_results_service_refuses_bad_export_settings_in_one_line(
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert "invalid export settings: results.export.parca.url: must be an http" in err
+
+
+def test_each_registry_gets_its_own_metrics_even_at_a_reused_address() -> None:
+    """The metrics were cached by id(registry): a new registry allocated where a freed one was
+    got the old one's counters, and its own stayed empty (exports counted nowhere)."""
+    import gc
+
+    from webhook.results.export import metrics as export_metrics
+
+    seen = set()
+    for _ in range(50):
+        registry = CollectorRegistry()
+        seen.add(id(registry))
+        export_metrics.for_registry(registry).exports.labels(sink="parca", outcome="sent").inc()
+        assert metric(registry, "sidecar_debug_exports_total", sink="parca", outcome="sent") == 1
+        del registry
+        gc.collect()
+    assert len(seen) < 50  # addresses were reused: the case the cache got wrong

@@ -4,6 +4,7 @@ service's, or the controller's while it still stores runs)."""
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -19,7 +20,10 @@ class ExportMetrics:
     delay: Histogram
 
 
-_BY_REGISTRY: dict[int, ExportMetrics] = {}
+# Weak keys, not id(registry): a registry freed and a new one at the same address would get
+# the old one's metrics (a test's registry then stayed empty).
+_BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, ExportMetrics] = (
+    weakref.WeakKeyDictionary())
 _LOCK = threading.Lock()
 
 
@@ -27,7 +31,7 @@ def for_registry(registry: CollectorRegistry = REGISTRY) -> ExportMetrics:
     """The export metrics of `registry`, created on first use (a registry refuses a name
     twice)."""
     with _LOCK:
-        found = _BY_REGISTRY.get(id(registry))
+        found = _BY_REGISTRY.get(registry)
         if found is None:
             found = ExportMetrics(
                 exports=Counter(
@@ -52,5 +56,5 @@ def for_registry(registry: CollectorRegistry = REGISTRY) -> ExportMetrics:
                     ["sink"], registry=registry,
                     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)),
             )
-            _BY_REGISTRY[id(registry)] = found
+            _BY_REGISTRY[registry] = found
         return found
