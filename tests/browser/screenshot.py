@@ -5,6 +5,11 @@ one renderer, or a page of the results page over a results directory.
         --title demo/node-app --out docs/images/flamegraph-node.png
     .venv/bin/python -m tests.browser.screenshot --dir RESULTS --path /runs/NS/POD/RUN/ \
         --search fibonacci --out docs/images/results-page.png
+    .venv/bin/python -m tests.browser.screenshot --page flame.html --out docs/images/demo.png
+    .venv/bin/python -m tests.browser.screenshot --url http://127.0.0.1:8080/ --out index.png
+
+--page: a page `sidecar-debug flamegraph -o` wrote; --url: a page served elsewhere, e.g. by
+`sidecar-debug results open` (which sends the kubeconfig's credentials itself).
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ def main() -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--stacks", type=Path, help="a profile to render (folded, pprof, ...)")
     source.add_argument("--dir", type=Path, help="a results directory to serve")
+    source.add_argument("--page", type=Path, help="a rendered page (HTML file)")
+    source.add_argument("--url", help="a page to open as it is")
     parser.add_argument("--meta", type=Path, help="with --stacks: the run's meta.json")
     parser.add_argument("--title", help="with --stacks: the page's title")
     parser.add_argument("--path", default="/", help="with --dir: the page to open")
@@ -58,6 +65,9 @@ def main() -> None:
             if cli(argv) != 0:
                 raise SystemExit(2)
             shoot(page.as_uri(), args)
+        return
+    if args.page or args.url:
+        shoot(args.page.resolve().as_uri() if args.page else args.url, args)
         return
     server = make_server("127.0.0.1", 0, create_app(args.dir), threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
