@@ -216,19 +216,32 @@ def parse_profile_set(document: Any, source: str) -> ProfileSet:
     return ProfileSet(profiles=profiles, runtimes=runtimes)
 
 
+# libyaml where PyYAML has it: the same safe schema, ~20x faster than the pure-Python reader.
+YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@functools.cache
+def _builtin_profile_set() -> ProfileSet:
+    """Parsed once per process: every Settings() without profiles uses it (the frozen
+    dataclasses and their mappings are never modified after parsing)."""
+    text = resources.files("webhook").joinpath("data/profiles.yaml").read_text()
+    return _parse_profile_text(text, "built-in profiles.yaml")
+
+
 def load_profile_set(path: str | None) -> ProfileSet:
     """The profiles file at `path`, or the built-in one when `path` is None."""
     if path is None:
-        text = resources.files("webhook").joinpath("data/profiles.yaml").read_text()
-        source = "built-in profiles.yaml"
-    else:
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise SettingsError(f"profilesFile: cannot read {path}: {exc.strerror}") from exc
-        source = path
+        return _builtin_profile_set()
     try:
-        document = yaml.safe_load(text)
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise SettingsError(f"profilesFile: cannot read {path}: {exc.strerror}") from exc
+    return _parse_profile_text(text, path)
+
+
+def _parse_profile_text(text: str, source: str) -> ProfileSet:
+    try:
+        document = yaml.load(text, Loader=YAML_LOADER)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         raise SettingsError(f"{source}: not valid YAML: {exc}") from exc
     return parse_profile_set(document, source)

@@ -25,7 +25,7 @@ from webhook import constants
 from webhook.config import Settings, settings_from_document
 from webhook.errors import SettingsError
 from webhook.kube import client as kube
-from webhook.profiles import load_profile_set, parse_profile_set
+from webhook.profiles import YAML_LOADER, load_profile_set, parse_profile_set
 
 WEBHOOK_CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 HOW_TO = (
@@ -107,7 +107,7 @@ def _document(config_map: Mapping[str, Any], key: str, where: str) -> Any:
     if not isinstance(text, str):
         raise SettingsNotFound(f"{where} has no {key}")
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=YAML_LOADER)  # noqa: S506 - a safe loader
     except yaml.YAMLError as error:
         raise SettingsNotFound(f"{where} {key}: not valid YAML: {error}") from error
 
