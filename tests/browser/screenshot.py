@@ -2,7 +2,7 @@
 one renderer, or a page of the results page over a results directory.
 
     .venv/bin/python -m tests.browser.screenshot --stacks RUN/stacks.folded --meta RUN/meta.json \
-        --title demo/node-app --out docs/images/flamegraph-node.png
+        --title demo/node-app --out graph.png
     .venv/bin/python -m tests.browser.screenshot --dir RESULTS --path /runs/NS/POD/RUN/ \
         --search fibonacci --out docs/images/results-page.png
     .venv/bin/python -m tests.browser.screenshot --page flame.html --out docs/images/demo.png
