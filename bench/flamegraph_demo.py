@@ -14,7 +14,6 @@ minute; a round that overlaps it is slower, so medians are reported."""
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import tempfile
@@ -23,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.cluster.cluster import Cluster
 from webhook.render.model import named_share
 from webhook.results import folded
 
@@ -34,29 +34,15 @@ DIRECT_PERF = ("perf record -q -F {hz} -g -p {pid} -o /tmp/bench-demo.data -- sl
                "rm -f /tmp/bench-demo.data")
 
 
-def _demo_kubeconfig() -> tuple[str, str] | None:
-    """(kubeconfig, tools dir) of the running demo cluster, or None."""
-    status = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "tests.cluster",
-                             "env", "--mode", "full"], capture_output=True, text=True,
-                            cwd=REPO, check=False)
-    if status.returncode != 0:
-        return None
-    exports = dict(line.removeprefix("export ").split("=", 1)
-                   for line in status.stdout.splitlines() if line.startswith("export "))
-    return exports.get("KUBECONFIG", ""), exports.get("PATH", "").split(":", 1)[0]
-
-
 def flamegraph_demo_speed(rounds: int = 3, seconds: float = 10, frequency: int = 99,
                           log: Callable[[str], None] = print) -> dict[str, Any]:
-    found = _demo_kubeconfig()
+    found = Cluster.attach("full")
     if found is None:
         return {"skipped": "no demo cluster is running (start one with `make demo`)"}
-    kubeconfig, tools = found
-    env = dict(os.environ, KUBECONFIG=kubeconfig, PATH=f"{tools}:{os.environ['PATH']}")
+    cluster, env = found, found.env()
 
     def kubectl(*args: str, timeout: float = 60) -> str:
-        return subprocess.run(["kubectl", *args], capture_output=True, text=True, env=env,
-                              check=True, timeout=timeout).stdout
+        return cluster.kubectl(*args, timeout=timeout).stdout
 
     pods = json.loads(kubectl("get", "pods", "-n", NAMESPACE, "-l", SELECTOR, "-o", "json"))
     running = [p["metadata"]["name"] for p in pods["items"]
