@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from webhook import constants
+from webhook.errors import Refused
 from webhook.kube.access import AccessCheck, ClusterAPIError, KubernetesClusterAPI, TTLCache
 
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
@@ -35,13 +36,8 @@ CALL_TIMEOUT = 5.0
 MAX_TOKEN_BYTES = 16 * 1024
 
 
-class AuthError(Exception):
+class AuthError(Refused):
     """The caller is not who may do this; `status` is the HTTP answer (401, 403, 503)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 @dataclass(frozen=True)

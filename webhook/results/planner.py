@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.config import Settings
+from webhook.errors import Refused
 from webhook.results import metrics
 from webhook.schedules import plan as plans
 from webhook.schedules.plan import Book, Problem, RuleSource
@@ -41,13 +42,8 @@ FORGET_AFTER = timedelta(days=2)  # state of a (schedule, pod) not seen for this
 MAX_REPORTED = 10_000
 
 
-class PlanError(Exception):
+class PlanError(Refused):
     """A push the service refuses; `status` is the HTTP answer."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 @dataclass(frozen=True)

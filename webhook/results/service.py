@@ -30,13 +30,14 @@ from typing import Any
 from flask import Flask, Response, abort, request
 
 from webhook import constants
+from webhook.errors import Refused
 from webhook.policy.model import duration_seconds
 from webhook.results import folded, metrics
 from webhook.results.auth import POD_HEADER, AgentIdentity, Authenticator, AuthError
 from webhook.results.bpftrace import collapse_bpftrace
 from webhook.results.export import Exporters
 from webhook.results.mirror import Mirror
-from webhook.results.planner import PlanError, Planner, Ticket
+from webhook.results.planner import Planner, Ticket
 from webhook.results.store import Store, StoreError
 from webhook.results.web import create_app
 from webhook.schedules import plan as plans
@@ -196,11 +197,8 @@ class Service:
         if not isinstance(body, dict) or not isinstance(body.get("ticket"), str):
             abort(400, description="expected a JSON object with the plan's ticket, and stacks "
                   "(folded or bpftrace) or an error")
-        try:
-            ticket = self.planner.finish(body["ticket"], identity.namespace, identity.pod,
-                                         identity.pod_uid or plans.uid_of(pod))
-        except PlanError as refused:
-            abort(refused.status, description=refused.message)
+        ticket = self.planner.finish(body["ticket"], identity.namespace, identity.pod,
+                                     identity.pod_uid or plans.uid_of(pod))
         if "error" in body:
             reason = body.get("reason")
             reason = reason if isinstance(reason, str) and _REASON.fullmatch(reason) \
@@ -308,7 +306,7 @@ def create_service_app(service: Service) -> Flask:
     def answer(handler: Callable[[], tuple[dict[str, Any], int]]) -> Response:
         try:
             data, status = handler()
-        except AuthError as refused:
+        except Refused as refused:  # AuthError, PlanError: the status and why
             abort(refused.status, description=refused.message)
         return Response(json.dumps(data), status=status, mimetype="application/json")
 
