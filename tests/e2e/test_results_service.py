@@ -212,6 +212,16 @@ def client(agent: ModuleType, service: Service, token: str, tmp_path: Path,
     return agent.Client(service.url, service.ca_pem, str(token_file), pod)
 
 
+def toolset_in_new_namespace(cluster: Cluster, service: Service, agent: ModuleType,
+                             tmp_path: Path, prefix: str) -> tuple[str, Any]:
+    """A new namespace with the injected pod `web`, and the agent's client with that pod's
+    bound token: (namespace, client)."""
+    namespace = new_namespace(cluster, prefix)
+    pod = create(cluster, toolset_pod(service, "web", namespace))
+    return namespace, client(agent, service, token_request(cluster, namespace, "default",
+                                                           audience=AUDIENCE, pod=pod), tmp_path)
+
+
 def plan_for(agent_client: Any, timeout: float = 30) -> list[dict[str, Any]]:
     """Ask until the service's watch has the pod (it sees it within a moment)."""
     def runs() -> list[dict[str, Any]] | None:
@@ -294,10 +304,8 @@ def test_a_pods_token_pushes_only_its_own_runs(lite_cluster: Cluster, service: S
 
 def test_readers_see_only_what_rbac_lets_them_read(lite_cluster: Cluster, service: Service,
                                                    agent: ModuleType, tmp_path: Path) -> None:
-    namespace = new_namespace(lite_cluster, "readers")
-    pod = create(lite_cluster, toolset_pod(service, "web", namespace))
-    as_pod = client(agent, service, token_request(lite_cluster, namespace, "default",
-                                                  audience=AUDIENCE, pod=pod), tmp_path)
+    namespace, as_pod = toolset_in_new_namespace(lite_cluster, service, agent, tmp_path,
+                                                 "readers")
     [run] = plan_for(as_pod)
     status, answer = as_pod.call("POST", "/agent/v1/runs", {
         "ticket": run["ticket"], "stacks": "main;secret_sauce 5\n"})
@@ -393,10 +401,8 @@ def test_the_agent_loop_pushes_a_failed_recording_with_its_reason(
     (no pod to record on this host: `flamegraph` is not there), which is what the service must
     hear: a failure with its reason, counted, and the ticket spent."""
     monkeypatch.setenv("SIDECAR_DEBUG_PRIVATE_DIR", str(tmp_path / "private"))
-    namespace = new_namespace(lite_cluster, "agent")
-    pod = create(lite_cluster, toolset_pod(service, "web", namespace))
-    as_pod = client(agent, service, token_request(lite_cluster, namespace, "default",
-                                                  audience=AUDIENCE, pod=pod), tmp_path)
+    namespace, as_pod = toolset_in_new_namespace(lite_cluster, service, agent, tmp_path,
+                                                 "agent")
     labels = {"technique": "perf", "outcome": "failed", "reason": "no-output"}
     before = metric(service, "sidecar_debug_results_runs_total", labels)
     loop = agent.Agent(as_pod, 20.0)
@@ -415,10 +421,8 @@ def test_a_pushed_run_is_exported_to_pyroscope_and_parca(lite_cluster: Cluster, 
                                                          tmp_path: Path) -> None:
     """results.export: once stored, the run goes on to both sinks (local fakes here: neither
     server can be installed), labelled by what the service knows, not by what the pod said."""
-    namespace = new_namespace(lite_cluster, "export")
-    pod = create(lite_cluster, toolset_pod(service, "web", namespace))
-    as_pod = client(agent, service, token_request(lite_cluster, namespace, "default",
-                                                  audience=AUDIENCE, pod=pod), tmp_path)
+    namespace, as_pod = toolset_in_new_namespace(lite_cluster, service, agent, tmp_path,
+                                                 "export")
     [run] = plan_for(as_pod)
     status, answer = as_pod.call("POST", "/agent/v1/runs", {
         "ticket": run["ticket"], "stacks": "node;main;fibonacci 90\nnode;main;gc 7\n",
