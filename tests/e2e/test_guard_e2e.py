@@ -242,9 +242,14 @@ def test_a_deployment_with_a_granted_service_account_still_gets_full(
 
 def test_reviews_the_guard_answered_are_in_its_metrics(
         full_cluster: Cluster, guarded: str) -> None:
+    # An earlier test's helm upgrade may still be replacing the webhook's pods: the old ones
+    # are going away (exec into them fails) and neither answers nor keeps this review's count.
+    full_cluster.kubectl("rollout", "status", "deployment/sidecar-debug", "-n", "sidecar-debug",
+                         "--timeout=180s", timeout=200)
     _denied(_create(full_cluster, _privileged("counted", guarded), "bob"), "privileged")
     pods = full_cluster.kubectl_json("get", "pods", "-n", "sidecar-debug",
                                      "-l", "app.kubernetes.io/component=webhook")["items"]
+    pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")]  # still going away
     text = "".join(
         full_cluster.kubectl("exec", "-n", "sidecar-debug", p["metadata"]["name"], "--",
                              "python3", "-c",
