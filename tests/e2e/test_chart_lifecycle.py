@@ -6,6 +6,7 @@ import base64
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -38,9 +39,12 @@ def _cluster_objects_of_release(cluster: Cluster) -> list[str]:
 
 
 def _webhook_pods(cluster: Cluster) -> list[str]:
+    """The release's serving webhook pods: a pod an upgrade is replacing (deletion set) is
+    skipped, as its container may already be gone when its log is asked for."""
     pods = cluster.kubectl_json("get", "pods", "-n", NAMESPACE,
                                 "-l", "app.kubernetes.io/component=webhook")["items"]
-    return [pod["metadata"]["name"] for pod in pods]
+    return [pod["metadata"]["name"] for pod in pods
+            if not pod["metadata"].get("deletionTimestamp")]
 
 
 def _assert_webhook_logs_clean(cluster: Cluster) -> None:
@@ -78,9 +82,20 @@ def _rotate_serving_certificate(cluster: Cluster, secret: str) -> None:
     assert after != before, "certs rotate --force did not renew the serving certificate"
 
 
-def test_install_test_upgrade_uninstall(full_cluster: Cluster,
-                                        node_images: dict[str, str]) -> None:
+@pytest.fixture
+def lifecycle_release(full_cluster: Cluster, node_images: dict[str, str]) -> Iterator[str]:
+    """The release's name; whatever the test left installed goes afterwards. A second
+    installation left behind makes every later CLI call ambiguous and injects twice."""
     full_cluster.helm("uninstall", RELEASE, "-n", NAMESPACE, check=False)
+    yield RELEASE
+    if full_cluster.helm("status", RELEASE, "-n", NAMESPACE, check=False).returncode == 0:
+        full_cluster.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", check=False,
+                          timeout=300)
+        full_cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
+
+
+@pytest.mark.usefixtures("lifecycle_release")
+def test_install_test_upgrade_uninstall(full_cluster: Cluster) -> None:
     install_chart(full_cluster, RELEASE, NAMESPACE)
     wait_for_webhook_ready(full_cluster, NAMESPACE)
 
