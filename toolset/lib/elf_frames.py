@@ -321,18 +321,28 @@ class ElfFile:
             self._rows[vaddr] = result
         return result
 
-    def _compute_row(self, vaddr: int) -> Row | None:
-        fde = self._find_fde(vaddr)
-        if fde is None:
+    def function_start(self, vaddr: int) -> int | None:
+        """Where the function holding `vaddr` begins, by its CFI (one FDE per function): how
+        functions a stripped binary does not name are told apart, and the address a
+        developer gives addr2line with the library's debug symbols."""
+        try:
+            fde = self._find_fde(vaddr)
+            found = self._fde_header(fde, vaddr) if fde is not None else None
+        except (IndexError, struct.error, ElfError, KeyError):
             return None
+        return found[1] if found is not None else None
+
+    def _fde_header(self, fde: int, vaddr: int) -> tuple[
+            tuple[int, int, int, int, bool, bool, bytes], int, int, int] | None:
+        """(its CIE, pc_begin, where its augmentation starts, where it ends) of the FDE at
+        file offset `fde`, or None unless it covers `vaddr`."""
         data = self.data
         length, = struct.unpack_from("<I", data, fde)
         if length in (0, 0xFFFFFFFF):
             return None
         cie_ptr, = struct.unpack_from("<I", data, fde + 4)
-        cie = fde + 4 - cie_ptr
-        cie_info = self._cie(cie)
-        code_align, data_align, ra_reg, fde_enc, has_z, signal, initial = cie_info
+        cie_info = self._cie(fde + 4 - cie_ptr)
+        fde_enc = cie_info[3]
         fde_vaddr = self.vaddr_of_offset(fde)
         if fde_vaddr is None:
             return None
@@ -341,10 +351,21 @@ class ElfFile:
         pc_range, pos = self._read_encoded(pos, fde_enc & 0x0F, 0, 0)
         if not pc_begin <= vaddr < pc_begin + pc_range:
             return None
+        return cie_info, pc_begin, pos, fde + 4 + length
+
+    def _compute_row(self, vaddr: int) -> Row | None:
+        fde = self._find_fde(vaddr)
+        if fde is None:
+            return None
+        header = self._fde_header(fde, vaddr)
+        if header is None:
+            return None
+        cie_info, pc_begin, pos, end = header
+        code_align, data_align, ra_reg, _fde_enc, has_z, signal, initial = cie_info
+        data = self.data
         if has_z:
             aug_len, pos = uleb(data, pos)
             pos += aug_len
-        end = fde + 4 + length
         row = Row(cfa_reg=RSP, cfa_offset=8, cfa_expr=None, rules={}, signal=signal)
         initial_row = self._execute(initial, row, code_align, data_align, None, 0, vaddr)
         initial_rules = dict(initial_row.rules)

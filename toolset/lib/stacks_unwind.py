@@ -53,6 +53,7 @@ FRAME_POINTER = "frame-pointer"
 class Frame:
     name: str
     named: bool | None  # None: our own annotation ([on CPU]), outside the named share
+    library: str = ""  # an unnamed frame's binary: runs of them become one frame
 
 
 @dataclass
@@ -269,7 +270,7 @@ class Unwinder:
                     return Frame(clean_name(jit), True)
             if dso.jit:
                 return Frame("[JIT code without a perf map entry]", False)
-            return Frame(f"[{dso.label}]", False)
+            return Frame(f"[{dso.label}]", False, dso.label)
         vaddr = dso.elf.vaddr_of_offset(address - mapping.start + mapping.pgoff)
         symbol = dso.elf.symbol(vaddr) if vaddr is not None else None
         if symbol is None:
@@ -278,7 +279,11 @@ class Unwinder:
             logged = self.perf_map.lookup(address) if self.perf_map is not None else None
             if logged is not None:
                 return Frame(clean_name(logged), True)
-            return Frame(f"[{dso.label}]", False)
+            # A hidden function of a stripped binary: its start tells it from its neighbours
+            # and resolves with the binary's debug symbols (addr2line -f -e FILE.debug START).
+            start = dso.elf.function_start(vaddr) if vaddr is not None else None
+            where = f"+{start:#x}" if start is not None else ""
+            return Frame(f"[{dso.label}{where}]", False, dso.label)
         return Frame(clean_name(self.demangle(symbol)), True)
 
     def kernel_name(self, address: int) -> Frame:
@@ -435,11 +440,17 @@ def is_jit(filename: str) -> bool:
 
 
 def _collapse_unnamed(frames: list[Frame]) -> list[Frame]:
-    """Runs of one unnamed frame (`[libfoo.so]` x 7) become one: it says what it is once."""
+    """Runs of unnamed frames of one binary become one frame that says what it is once: the
+    function's own label when the run is one function, else the binary's (`[libfoo.so]`)."""
     result: list[Frame] = []
     for frame in frames:
-        if result and not frame.named and not result[-1].named and result[-1].name == frame.name:
-            continue
+        previous = result[-1] if result else None
+        if previous is not None and frame.named is False and previous.named is False:
+            if previous.name == frame.name:
+                continue
+            if frame.library and previous.library == frame.library:
+                result[-1] = Frame(f"[{frame.library}]", False, frame.library)
+                continue
         result.append(frame)
     return result
 

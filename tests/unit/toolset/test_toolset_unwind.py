@@ -232,6 +232,62 @@ def test_cfi_at_every_function_entry_is_the_call_frame(libc: Any,
     assert libc.has_cfi and not libc.is_go and len(libc.build_id()) == 40
 
 
+def _hidden_functions(elf: Any, wanted: int) -> list[int]:
+    """Starts of functions libc has CFI for but no symbol (static functions of a stripped
+    library, like the node sample's uv__run_check in libuv1)."""
+    table, hdr_addr, count, _encoding, _eh_frame = elf._eh_frame_hdr()
+    found = []
+    for index in range(0, count, 7):
+        (relative,) = struct.unpack_from("<i", elf.data, table + index * 8)
+        start = (relative + hdr_addr) & 0xFFFFFFFFFFFFFFFF
+        if elf.symbol(start) is None and elf.symbol(start + 1) is None:
+            found.append(start)
+            if len(found) == wanted:
+                break
+    return found
+
+
+def _libc_unwinder(libc: Any, lib: dict[str, ModuleType]) -> tuple[Any, Any]:
+    """An unwinder for a process with libc mapped whole at LIBC_BASE, and address(vaddr)."""
+    perf_data, unwind = lib["perf_data"], lib["stacks_unwind"]
+    base = 0x7F1000000000
+    mapping = perf_data.Mapping(7, base, base + LIBC.stat().st_size, 0, str(LIBC), 1, 5)
+
+    def address(vaddr: int) -> int:
+        for vstart, _memsz, offset, filesz in libc.loads:
+            if vstart <= vaddr < vstart + filesz:
+                return int(base + vaddr - vstart + offset)
+        raise AssertionError(f"{vaddr:#x} is in no loaded segment")
+
+    return unwind.Unwinder([mapping], lambda _mapping: libc, None, None), address
+
+
+def test_a_hidden_function_is_its_library_and_start(libc: Any,
+                                                    lib: dict[str, ModuleType]) -> None:
+    """A function a stripped library does not name shows as `[libc.so.6+0xSTART]`: stacks
+    through different hidden functions stay apart, and the start resolves with the library's
+    debug symbols. A run of them (they call each other) is one `[libc.so.6]` frame."""
+    perf_data = lib["perf_data"]
+    first, second, third = _hidden_functions(libc, 3)
+    assert libc.function_start(first + 5) == first
+    assert libc.function_start(0) is None  # the ELF header: no function
+    unwinder, address = _libc_unwinder(libc, lib)
+    exported = next(start for start in libc._load_symbols()[0][::50]
+                    if libc.row(start) is not None and libc.symbol(start + 3) is not None)
+
+    def unwound(*vaddrs: int) -> list[str]:
+        chain = [address(vaddr) + 1 for vaddr in vaddrs]  # return addresses: after the call
+        chain[0] -= 1  # the leaf is the sampled instruction itself
+        stack = perf_data.Sample(None, 7, 7, 0, chain[0], 1, [], chain, {}, b"")
+        return [frame.name for frame in unwinder.unwind(stack)]
+
+    label = f"[{LIBC.name}+{{:#x}}]".format
+    name = libc.symbol(exported + 3)
+    assert unwound(first + 4, exported + 3, second + 4) == [label(first), name, label(second)]
+    assert unwound(first + 4, first + 9, exported + 3) == [label(first), name]  # recursion
+    assert unwound(first + 4, second + 4, third + 4, exported + 3) == [f"[{LIBC.name}]", name]
+
+
 def test_malformed_elf_input_is_refused_not_raised(lib: dict[str, ModuleType]) -> None:
     elf_frames = lib["elf_frames"]
     with pytest.raises(elf_frames.ElfError):
