@@ -259,6 +259,13 @@ def pods_of(cluster: Cluster, namespace: str, selector: str) -> list[dict[str, A
     return list(cluster.kubectl_json("get", "pods", "-n", namespace, "-l", selector)["items"])
 
 
+def pods_staying(cluster: Cluster, namespace: str, selector: str) -> list[dict[str, Any]]:
+    """The pods of `selector` not being deleted: an upgrade's old pods are going away, and
+    their containers may already be gone when a test execs into them or reads their logs."""
+    return [pod for pod in pods_of(cluster, namespace, selector)
+            if not pod["metadata"].get("deletionTimestamp")]
+
+
 def wait_pod_running(cluster: Cluster, namespace: str, name: str,
                      timeout: float = 180) -> dict[str, Any]:
     def running() -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ from tests.e2e.conftest import (
     install_chart,
     is_injected,
     pod_manifest,
+    pods_staying,
     wait_for_webhook_ready,
     wait_until,
 )
@@ -39,12 +40,8 @@ def _cluster_objects_of_release(cluster: Cluster) -> list[str]:
 
 
 def _webhook_pods(cluster: Cluster) -> list[str]:
-    """The release's serving webhook pods: a pod an upgrade is replacing (deletion set) is
-    skipped, as its container may already be gone when its log is asked for."""
-    pods = cluster.kubectl_json("get", "pods", "-n", NAMESPACE,
-                                "-l", "app.kubernetes.io/component=webhook")["items"]
-    return [pod["metadata"]["name"] for pod in pods
-            if not pod["metadata"].get("deletionTimestamp")]
+    return [pod["metadata"]["name"]
+            for pod in pods_staying(cluster, NAMESPACE, "app.kubernetes.io/component=webhook")]
 
 
 def _assert_webhook_logs_clean(cluster: Cluster) -> None:
@@ -83,11 +80,11 @@ def _rotate_serving_certificate(cluster: Cluster, secret: str) -> None:
 
 
 @pytest.fixture
-def lifecycle_release(full_cluster: Cluster, node_images: dict[str, str]) -> Iterator[str]:
-    """The release's name; whatever the test left installed goes afterwards. A second
-    installation left behind makes every later CLI call ambiguous and injects twice."""
+def lifecycle_release(full_cluster: Cluster, node_images: dict[str, str]) -> Iterator[None]:
+    """Whatever the test left installed goes afterwards: a second installation left behind
+    makes every later CLI call ambiguous and injects twice."""
     full_cluster.helm("uninstall", RELEASE, "-n", NAMESPACE, check=False)
-    yield RELEASE
+    yield
     if full_cluster.helm("status", RELEASE, "-n", NAMESPACE, check=False).returncode == 0:
         full_cluster.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", check=False,
                           timeout=300)

@@ -27,6 +27,7 @@ from tests.e2e.conftest import (
     deployment_manifest,
     pod_manifest,
     pods_of,
+    pods_staying,
     wait_until,
 )
 
@@ -247,9 +248,7 @@ def test_reviews_the_guard_answered_are_in_its_metrics(
     full_cluster.kubectl("rollout", "status", "deployment/sidecar-debug", "-n", "sidecar-debug",
                          "--timeout=180s", timeout=200)
     _denied(_create(full_cluster, _privileged("counted", guarded), "bob"), "privileged")
-    pods = full_cluster.kubectl_json("get", "pods", "-n", "sidecar-debug",
-                                     "-l", "app.kubernetes.io/component=webhook")["items"]
-    pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")]  # still going away
+    pods = pods_staying(full_cluster, "sidecar-debug", "app.kubernetes.io/component=webhook")
     text = "".join(
         full_cluster.kubectl("exec", "-n", "sidecar-debug", p["metadata"]["name"], "--",
                              "python3", "-c",
