@@ -31,6 +31,10 @@ STT_FUNC, STT_GNU_IFUNC = 2, 10
 FUNC_TYPES = (STT_FUNC, STT_GNU_IFUNC)
 PT_LOAD = 1
 
+# A CIE as _cie reads it: (code alignment, data alignment, return-address register, FDE pointer
+# encoding, has a `z` augmentation, is a signal frame, initial instructions).
+Cie = tuple[int, int, int, int, bool, bool, bytes]
+
 
 class ElfError(ValueError):
     pass
@@ -332,8 +336,7 @@ class ElfFile:
             return None
         return found[1] if found is not None else None
 
-    def _fde_header(self, fde: int, vaddr: int) -> tuple[
-            tuple[int, int, int, int, bool, bool, bytes], int, int, int] | None:
+    def _fde_header(self, fde: int, vaddr: int) -> tuple[Cie, int, int, int] | None:
         """(its CIE, pc_begin, where its augmentation starts, where it ends) of the FDE at
         file offset `fde`, or None unless it covers `vaddr`."""
         data = self.data
@@ -376,7 +379,7 @@ class ElfFile:
             result.rules[RA] = result.rules[ra_reg]
         return result
 
-    def _cie(self, offset: int) -> tuple[int, int, int, int, bool, bool, bytes]:
+    def _cie(self, offset: int) -> Cie:
         data = self.data
         length, cie_id = struct.unpack_from("<II", data, offset)
         if cie_id != 0 or length in (0, 0xFFFFFFFF):

@@ -248,7 +248,8 @@ def _hidden_functions(elf: Any, wanted: int) -> list[int]:
 
 
 def _libc_unwinder(libc: Any, lib: dict[str, ModuleType]) -> tuple[Any, Any]:
-    """An unwinder for a process with libc mapped whole at LIBC_BASE, and address(vaddr)."""
+    """An unwinder for a process with all of libc mapped at one base, and the function
+    giving the process's address of a libc link-time address."""
     perf_data, unwind = lib["perf_data"], lib["stacks_unwind"]
     base = 0x7F1000000000
     mapping = perf_data.Mapping(7, base, base + LIBC.stat().st_size, 0, str(LIBC), 1, 5)
