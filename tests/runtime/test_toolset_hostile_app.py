@@ -58,8 +58,10 @@ exec '{HOSTILE_DIR}/fib'
 @pytest.fixture(scope="module")
 def hostile_pod(runtime_images: None, pod_workdir: Path) -> Iterator[PlayedPod]:
     name = podman_pod.unique("rt-hostile")
-    # Busy enough for perf to sample it in 2 s (the default logs 10 lines a second).
-    pod = podman_pod.sample_pod("python", name, env={"TICK_SECONDS": "0.005"})
+    # Half a core of its own CPU time: perf samples it in 2 s however loaded the machine is
+    # (logging alone, it got no sample in 2 s on a busy CI machine).
+    pod = podman_pod.sample_pod("python", name,
+                                env={"TICK_SECONDS": "0.01", "WORK_SECONDS": "0.01"})
     app = pod["spec"]["containers"][0]
     app["command"] = ["/bin/sh", "-c", PLANT]
     app["securityContext"] = {"runAsUser": 0}
