@@ -150,6 +150,18 @@ def helm_values(*extra: str) -> list[str]:
     ]
 
 
+def upgrade_release(cluster: Cluster, release: str, *extra: str, check: bool = True) -> None:
+    """`helm upgrade --wait` of the session's release with `extra` values, then wait until the
+    replaced pods are gone: until their processes exit, old webhook pods still answer reviews
+    with the old settings (the apiserver keeps its connections to them alive)."""
+    cluster.helm("upgrade", release, str(CHART), "-n", RELEASE_NAMESPACE, "--wait",
+                 "--timeout", "8m", *helm_values(*extra), timeout=600, check=check)
+    selector = f"app.kubernetes.io/instance={release}"
+    wait_until(lambda: len(pods_staying(cluster, RELEASE_NAMESPACE, selector))
+               == len(pods_of(cluster, RELEASE_NAMESPACE, selector)), 180,
+               f"the pods {release}'s upgrade replaced to be gone")
+
+
 def install_chart(cluster: Cluster, release: str, namespace: str, *extra: str) -> None:
     # A namespace still terminating from an earlier run refuses new objects.
     cluster.kubectl("wait", "--for=delete", f"namespace/{namespace}", "--timeout=120s",

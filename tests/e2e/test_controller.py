@@ -32,6 +32,7 @@ from tests.e2e.conftest import (
     is_injected,
     pod_manifest,
     pods_of,
+    upgrade_release,
     wait_pod_running,
     wait_until,
 )
@@ -220,17 +221,14 @@ def test_an_attached_toolset_ends_itself_at_its_deadline_and_the_app_keeps_runni
     namespaces 45 s; the webhook writes the attached toolset's deadline into its env, and the
     toolset ends itself then (exit 0). The controller, which holds no exec right, neither stops
     it nor reports it, since it ended in time. The pod, its app and its wiring stay."""
-    from tests.e2e.conftest import CHART, RELEASE_NAMESPACE, helm_values
     from webhook import constants
 
     rule = {"apiVersion": "sidecar-debug.io/v1alpha1", "kind": "DebugPolicy",
             "metadata": {"name": "e2e-stop"},
             "spec": {"rules": [{"name": "short-attached", "match": {"namespaces": ["stop-*"]},
                                 "maxSessionDuration": "45s", "onExpiry": "stop"}]}}
-    release = ["upgrade", chart_release, str(CHART), "-n", RELEASE_NAMESPACE, "--wait",
-               "--timeout", "5m"]
-    full_cluster.helm(*release, *helm_values(
-        "--set-json", f"policies.extra={json.dumps({'e2e-stop.yaml': rule})}"), timeout=400)
+    upgrade_release(full_cluster, chart_release,
+                    "--set-json", f"policies.extra={json.dumps({'e2e-stop.yaml': rule})}")
     try:
         namespace = make_namespace("stop", {"debug": "enabled"})
         apply(full_cluster, pod_manifest("cart", namespace,
@@ -276,4 +274,4 @@ def test_an_attached_toolset_ends_itself_at_its_deadline_and_the_app_keeps_runni
         rows = [line.split() for line in listing.stdout.splitlines()[1:]]
         assert [row[:2] for row in rows] == [["cart", "standby"]], listing.stdout
     finally:
-        full_cluster.helm(*release, *helm_values(), timeout=400, check=False)
+        upgrade_release(full_cluster, chart_release, check=False)

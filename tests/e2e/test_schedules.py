@@ -27,11 +27,10 @@ import pytest
 
 from tests.cluster.cluster import Cluster
 from tests.e2e.conftest import (
-    CHART,
     RELEASE_NAMESPACE,
     REPO,
     apply,
-    helm_values,
+    upgrade_release,
     wait_pod_running,
     wait_until,
 )
@@ -127,11 +126,8 @@ def events(cluster: Cluster, namespace: str, reason: str) -> list[dict[str, Any]
 def test_a_schedule_runs_with_the_charts_defaults_and_no_exec_right(
         full_cluster: Cluster, chart_release: str, make_namespace: MakeNamespace,
         node_sample: str, local_volume: str, tmp_path: Path) -> None:
-    release = ["upgrade", chart_release, str(CHART), "-n", RELEASE_NAMESPACE, "--wait",
-               "--timeout", "8m"]
-    full_cluster.helm(*release, *helm_values("--set", "results.enabled=true",
-                                             "--set", "controller.intervalSeconds=5"),
-                      timeout=600)
+    upgrade_release(full_cluster, chart_release, "--set", "results.enabled=true",
+                    "--set", "controller.intervalSeconds=5")
     opened: list[Opened] = []
     try:
         # No exec right anywhere in what the chart installed.
@@ -228,4 +224,4 @@ def test_a_schedule_runs_with_the_charts_defaults_and_no_exec_right(
     finally:
         for opener in opened:
             opener.close()
-        full_cluster.helm(*release, *helm_values(), timeout=600, check=False)
+        upgrade_release(full_cluster, chart_release, check=False)
