@@ -92,12 +92,22 @@ def _served(port: int, bundle: bytes) -> x509.Certificate:
     return x509.load_der_x509_certificate(der)
 
 
-def _get(port: int, bundle: bytes, path: str, name: str = SERVER_NAME) -> int:
+def _request(port: int, bundle: bytes, method: str, path: str, body: bytes = b"",
+             name: str = SERVER_NAME) -> tuple[int, bytes]:  # fmt: skip
+    """One HTTP/1.1 request to one replica (by its private port): the status and the body."""
+    head = (f"{method} {path} HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+    answer = b""
     with _tls(port, bundle, name) as sock:
-        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n"
-                     .encode())  # fmt: skip
-        head = sock.recv(64).decode(errors="replace")
-    return int(head.split()[1])
+        sock.sendall(head.encode() + body)
+        while chunk := sock.recv(65536):
+            answer += chunk
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
+
+
+def _get(port: int, bundle: bytes, path: str, name: str = SERVER_NAME) -> int:
+    return _request(port, bundle, "GET", path, name=name)[0]
 
 
 def _start_replica(process_env: dict[str, str], cluster_ip: str, logs: Path, n: int) -> Replica:
@@ -317,9 +327,19 @@ def assert_log_is_clean(text: str, where: str) -> None:
             raise AssertionError(f"{bad!r} in {where}:\n{text[max(0, at - 1500):at + 1500]}")
 
 
+USER_POD_REVIEW = Path(__file__).resolve().parents[1] / "fixtures" / "admission" / "user-pod.json"
+
+
 def test_the_webhook_log_has_no_traceback_after_reviews_and_rotations(env: Env) -> None:
     """Runs after the tests above: Secret created, pods reviewed, a blanked caBundle restored,
-    a serving-certificate renewal and a CA roll while pods were created."""
+    a serving-certificate renewal and a CA roll while pods were created. The apiserver's
+    kept-alive connections may all have gone to one replica: each is also sent a recorded
+    review directly, so that both logs hold reviews."""
+    bundle = _secret_data(env.cluster)["ca.crt"]
+    for replica in env.replicas:
+        status, body = _request(replica.direct_port, bundle, "POST", "/mutate",
+                                USER_POD_REVIEW.read_bytes())  # fmt: skip
+        assert status == 200 and json.loads(body)["response"]["allowed"] is True, body[:500]
     for replica in env.replicas:
         text = replica.log.read_text(errors="replace")
         assert "webhook.admission.mutate" in text, "no review was logged"
