@@ -67,7 +67,13 @@ from webhook.certs.pki import (
     utcnow,
 )
 from webhook.certs.tls import private_directory, write_private_file, write_serving_pair
-from webhook.kube.secrets import WEBHOOK_KINDS, ConflictError, KubernetesStore, SecretStore
+from webhook.kube.secrets import (
+    WEBHOOK_KINDS,
+    ConflictError,
+    KubernetesStore,
+    SecretStore,
+    StoreError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -622,7 +628,7 @@ def start_background_maintenance(
             while not stop.wait(period):
                 try:
                     the_manager.run_once(cert_file, key_file)
-                except CertificateError as exc:  # says what to do; a traceback would not help
+                except (CertificateError, StoreError) as exc:  # one line says it all
                     log.warning("certificate maintenance: %s; retrying in %ss", exc, period)
                 except Exception:  # noqa: BLE001 - keep serving; the next round retries
                     log.exception("certificate maintenance failed; retrying in %ss", period)

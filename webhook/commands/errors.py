@@ -33,6 +33,7 @@ ERRORS: dict[str, ExitRule] = {
     "webhook.render.inputs.InputError": ExitRule(EXIT_USAGE, ""),
     "webhook.certs.pki.CertificateError": ExitRule(EXIT_FAILED, "certificates"),
     "webhook.kube.secrets.ConflictError": ExitRule(EXIT_FAILED, "conflict (retry)"),
+    "webhook.kube.secrets.StoreError": ExitRule(EXIT_API, "Kubernetes API"),
     "webhook.kube.access.ClusterAPIError": ExitRule(EXIT_API, "Kubernetes API"),
     "kubernetes.client.exceptions.ApiException": ExitRule(EXIT_API, "Kubernetes API"),
     "urllib3.exceptions.HTTPError": ExitRule(EXIT_API, "Kubernetes API unreachable"),

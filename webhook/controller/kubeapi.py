@@ -9,7 +9,6 @@ there to check the controller's RBAC).
 
 from __future__ import annotations
 
-import json
 from typing import Any, Protocol
 
 from webhook.kube import client as kube
@@ -35,17 +34,6 @@ class KubeApi(Protocol):
         ...
 
 
-def _message(body: Any, fallback: str) -> str:
-    if isinstance(body, bytes | str) and body:
-        try:
-            document = json.loads(body)
-        except ValueError:
-            return str(body)[:300]
-        if isinstance(document, dict) and document.get("message"):
-            return str(document["message"])
-    return fallback
-
-
 class ClientApi:
     """KubeApi over a kubernetes.client.ApiClient."""
 
@@ -65,7 +53,7 @@ class ClientApi:
                                   timeout=timeout or self.DEFAULT_TIMEOUT)
         except ApiException as error:
             raise ApiError(int(error.status or 0),
-                           _message(error.body, str(error.reason or ""))) from error
+                           kube.error_message(error.body, str(error.reason or ""))) from error
         except Exception as error:  # connection refused, timeouts, TLS: no answer
             raise ApiError(0, f"{method} {path.split('?')[0]}: {error}") from error
         return answer if isinstance(answer, dict) else {}

@@ -20,6 +20,19 @@ class KubeConfigError(RuntimeError):
     """No usable Kubernetes configuration; the message says what was tried."""
 
 
+def error_message(body: Any, fallback: str) -> str:
+    """The apiserver's own explanation in an error answer (a Status object's `message`), the
+    start of a body that is not one, else `fallback`."""
+    if isinstance(body, bytes | str) and body:
+        try:
+            document = json.loads(body)
+        except ValueError:
+            return str(body)[:300]
+        if isinstance(document, dict) and document.get("message"):
+            return str(document["message"])
+    return fallback
+
+
 def load_configuration(kubeconfig: str | None = None, context: str | None = None) -> Any:
     """A fresh kubernetes.client.Configuration (never the process-wide default)."""
     client: Any = importlib.import_module("kubernetes.client")

@@ -13,6 +13,16 @@ class ConflictError(RuntimeError):
     """Someone else changed the object first."""
 
 
+class StoreError(RuntimeError):
+    """The API refused the call or gave no answer in time; the message is one line (the
+    certificate loop says it and retries: a traceback would not help)."""
+
+
+# Seconds one call may take: the certificate loop must not hang on an apiserver that stopped
+# answering, it retries on its next round.
+CALL_TIMEOUT_SECONDS = 15.0
+
+
 class SecretStore(Protocol):
     """The few calls the manager makes; plain dicts in and out (tests use an in-memory fake)."""
 
@@ -33,8 +43,9 @@ WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration
 class KubernetesStore:
     """SecretStore over the official client, keeping objects as plain dicts.
 
-    Raises ConflictError on 409 (a stale resourceVersion). No `create`: the webhook may only read
-    and update the Secret the chart made (RBAC cannot limit `create` by name)."""
+    Raises ConflictError on 409 (a stale resourceVersion), StoreError on any other failure. No
+    `create`: the webhook may only read and update the Secret the chart made (RBAC cannot limit
+    `create` by name)."""
 
     def __init__(self, api_client: Any = None) -> None:
         from kubernetes import client
@@ -48,15 +59,21 @@ class KubernetesStore:
     def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any] | None:
         from kubernetes.client.exceptions import ApiException
 
+        what = f"{getattr(fn, '__name__', 'call')} {args[0]}"
         try:
-            response = fn(*args, _preload_content=False, **kwargs)
+            response = fn(*args, _preload_content=False, _request_timeout=CALL_TIMEOUT_SECONDS,
+                          **kwargs)  # fmt: skip
+            body: dict[str, Any] = json.loads(response.data)
         except ApiException as exc:
             if exc.status == 404:
                 return None
             if exc.status == 409:
                 raise ConflictError(str(exc.reason)) from exc
-            raise
-        body: dict[str, Any] = json.loads(response.data)
+            explanation = kube_client.error_message(exc.body, "")
+            raise StoreError(f"{what}: HTTP {exc.status} {exc.reason or ''}".strip()
+                             + (f": {explanation}" if explanation else "")) from exc  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - no answer (refused, timeout, TLS) or not JSON
+            raise StoreError(f"{what}: {' '.join(str(exc).split()) or type(exc).__name__}") from exc
         return body
 
     def _must(self, result: dict[str, Any] | None, what: str) -> dict[str, Any]:

@@ -404,3 +404,91 @@ def test_secret_without_a_webhook_configuration_has_no_owner() -> None:
     store = FakeStore()
     _manager(store).ensure()
     assert "ownerReferences" not in store.objects[("Secret", f"{NS}/{SECRET}")]["metadata"]
+
+
+def test_an_api_failure_in_the_loop_is_one_warning_line_then_a_retry(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An apiserver that answers 500 or not at all (a loaded CI machine) is said in one line
+    each round, not as a traceback, and the next round recovers."""
+    store = FakeStore()
+    store.put("MutatingWebhookConfiguration", HOOK, _webhooks(1))
+    manager = _manager(store)
+    cert_file, key_file = str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")
+    first = manager.run_once(cert_file, key_file)
+    real_read = store.read_secret
+    failures = [secrets.StoreError("read_namespaced_secret x: HTTP 500 Internal Server Error")]
+
+    def flaky_read(namespace: str, name: str) -> dict[str, Any] | None:
+        if failures:
+            raise failures.pop()
+        return real_read(namespace, name)
+
+    store.read_secret = flaky_read  # type: ignore[method-assign]
+    settings = Settings(certificates_mode="self", webhook_namespace=NS)
+    with caplog.at_level(logging.WARNING, logger="webhook.certs.rotation"):
+        rotation.start_background_maintenance(
+            settings, cert_file, key_file, manager=manager, interval=0.05
+        )
+        try:
+            deadline = time.monotonic() + 10
+            while failures and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert not failures, "the loop did not run"
+            _follow_rotation(store, first, cert_file, key_file)
+        finally:
+            rotation.stop_background_maintenance()
+    [warning] = [r for r in caplog.records if "HTTP 500" in r.getMessage()]
+    assert warning.exc_info is None
+    assert warning.getMessage().startswith("certificate maintenance: read_namespaced_secret")
+
+
+class _ApiCall:
+    """A typed-client method as KubernetesStore calls it, raising `error` or answering `data`."""
+
+    __name__ = "read_namespaced_secret"
+
+    def __init__(self, error: BaseException | None = None, data: bytes = b"{}") -> None:
+        self.error, self.data, self.kwargs = error, data, {}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.kwargs = kwargs
+        if self.error is not None:
+            raise self.error
+        return type("Answer", (), {"data": self.data})()
+
+
+def _api_exception(status: int, reason: str, body: str = "") -> Exception:
+    from kubernetes.client.exceptions import ApiException
+
+    error = ApiException(status=status, reason=reason)
+    error.body = body
+    return error
+
+
+def test_the_store_turns_api_failures_into_one_line_errors() -> None:
+    from urllib3.exceptions import ReadTimeoutError
+
+    call = secrets.KubernetesStore._call  # noqa: SLF001 - the one place errors are mapped
+    answered = _ApiCall(data=b'{"kind": "Secret"}')
+    assert call(answered, "tls", NS) == {"kind": "Secret"}
+    assert answered.kwargs["_request_timeout"] == secrets.CALL_TIMEOUT_SECONDS
+    assert call(_ApiCall(_api_exception(404, "Not Found")), "tls", NS) is None
+    with pytest.raises(secrets.ConflictError):
+        call(_ApiCall(_api_exception(409, "Conflict")), "tls", NS)
+    forbidden = _api_exception(403, "Forbidden", '{"kind": "Status", "message": "secrets '
+                               '\\"tls\\" is forbidden: User \\"x\\" cannot get"}')  # fmt: skip
+    with pytest.raises(secrets.StoreError) as refused:
+        call(_ApiCall(forbidden), "tls", NS)
+    assert str(refused.value) == (
+        'read_namespaced_secret tls: HTTP 403 Forbidden: secrets "tls" is forbidden: '
+        'User "x" cannot get')
+    timeout = ReadTimeoutError(None, "/api/v1/namespaces/tools/secrets/tls",  # type: ignore[arg-type]
+                               "Read timed out. (read timeout=15.0)")  # fmt: skip
+    for error in (timeout, ConnectionRefusedError(111, "Connection refused")):
+        with pytest.raises(secrets.StoreError) as failed:
+            call(_ApiCall(error), "tls", NS)
+        assert "\n" not in str(failed.value) and str(failed.value).startswith(
+            "read_namespaced_secret tls: ")
+    with pytest.raises(secrets.StoreError, match="read_namespaced_secret tls: "):
+        call(_ApiCall(data=b"<html>proxy error</html>"), "tls", NS)
