@@ -2,7 +2,7 @@
 python3-lttngust agent (importing `lttngust` registers this process with the session daemon
 found in /var/run/lttng, which must already be running: the sidecar starts before the app).
 
-Logs one INFO record per tick on logger `sample`, and its throughput once a second.
+Logs one INFO record per tick on logger `sample`, and a WARNING every 50th tick.
 TICK_SECONDS is the pause between ticks. WORK_SECONDS of the thread's own CPU time computing in
 each tick (default none) give a CPU profile samples however busy the machine is: logging alone
 costs a few percent of a core and waits on a slow stdout.
