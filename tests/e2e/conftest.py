@@ -157,9 +157,8 @@ def upgrade_release(cluster: Cluster, release: str, *extra: str, check: bool = T
     cluster.helm("upgrade", release, str(CHART), "-n", RELEASE_NAMESPACE, "--wait",
                  "--timeout", "8m", *helm_values(*extra), timeout=600, check=check)
     selector = f"app.kubernetes.io/instance={release}"
-    wait_until(lambda: len(pods_staying(cluster, RELEASE_NAMESPACE, selector))
-               == len(pods_of(cluster, RELEASE_NAMESPACE, selector)), 180,
-               f"the pods {release}'s upgrade replaced to be gone")
+    wait_until(lambda: not any(map(being_deleted, pods_of(cluster, RELEASE_NAMESPACE, selector))),
+               180, f"the pods {release}'s upgrade replaced to be gone")  # fmt: skip
 
 
 def install_chart(cluster: Cluster, release: str, namespace: str, *extra: str) -> None:
@@ -274,8 +273,11 @@ def pods_of(cluster: Cluster, namespace: str, selector: str) -> list[dict[str, A
 def pods_staying(cluster: Cluster, namespace: str, selector: str) -> list[dict[str, Any]]:
     """The pods of `selector` not being deleted: an upgrade's old pods are going away, and
     their containers may already be gone when a test execs into them or reads their logs."""
-    return [pod for pod in pods_of(cluster, namespace, selector)
-            if not pod["metadata"].get("deletionTimestamp")]
+    return [pod for pod in pods_of(cluster, namespace, selector) if not being_deleted(pod)]
+
+
+def being_deleted(pod: dict[str, Any]) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp"))
 
 
 def wait_pod_running(cluster: Cluster, namespace: str, name: str,
