@@ -519,12 +519,15 @@ def test_the_controller_is_not_bound_to_the_webhooks_roles_and_can_be_switched_o
 RESULTS_SA = f"{FULLNAME}-results"
 # The service's own modules (webhook/results/opener.py is `results open`: the user's kubeconfig).
 # (web.py makes no API call: its /api paths are the page's own.)
-RESULTS_MODULES = ("service.py", "mirror.py", "auth.py", "planner.py", "store.py")
+RESULTS_MODULES = ("service.py", "mirror.py", "auth.py", "planner.py", "store.py",
+                   "failures.py")
 
 
 def results_calls() -> list[Call]:
     """Every API call the results service makes: its modules, plus the reviews and the policy
-    gate's namespace look-up it makes through webhook.kube.access."""
+    gate's namespace look-up it makes through webhook.kube.access, and the Events it posts
+    through the controller's post_event (webhook/results/failures.py)."""
+    from webhook.controller.expiry import post_event
     from webhook.kube.access import KubernetesClusterAPI
 
     found: list[Call] = []
@@ -533,6 +536,7 @@ def results_calls() -> list[Call]:
         found += calls_in(path.read_text(), str(path.relative_to(REPO)))
     for method in (KubernetesClusterAPI.access_allowed, KubernetesClusterAPI.namespace_labels):
         found += _source_calls(method)
+    found += _source_calls(post_event)
     return found
 
 
@@ -540,7 +544,8 @@ def test_the_scanner_finds_the_results_services_calls() -> None:
     used = {call.permission for call in results_calls()}
     assert {("", "pods", "list"), ("", "pods", "watch"), ("", "namespaces", "list"),
             ("", "namespaces", "watch"), ("authentication.k8s.io", "tokenreviews", "create"),
-            ("authorization.k8s.io", "subjectaccessreviews", "create")} <= used, _where(
+            ("authorization.k8s.io", "subjectaccessreviews", "create"),
+            ("", "events", "create")} <= used, _where(
         results_calls())
 
 
@@ -550,7 +555,7 @@ def test_results_service_rbac_is_exactly_what_its_code_calls(kube_version: str) 
     manifest = render(sets=["results.enabled=true"], kube_version=kube_version)
     grants = grants_of(manifest, RESULTS_SA)
     _compare({c.permission for c in calls}, [g.permission for g in grants], _where(calls))
-    allowed_resources = {"pods", "namespaces", "tokenreviews", "subjectaccessreviews"}
+    allowed_resources = {"pods", "namespaces", "tokenreviews", "subjectaccessreviews", "events"}
     for grant in grants:
         assert grant.permission[1] in allowed_resources, grant
         assert grant.namespace is None and not grant.resource_names, grant

@@ -185,7 +185,8 @@ def _list(args: argparse.Namespace) -> int:
         return 2
 
     for run in Store(args.dir).runs(args.namespace):
-        print(f"{run.id}\t{run.samples} samples")
+        print(f"{run.id}\tfailed ({run.reason}): {run.message}" if run.failed
+              else f"{run.id}\t{run.samples} samples")
     return 0
 
 
@@ -214,11 +215,13 @@ def _service(args: argparse.Namespace) -> int:
     from webhook import logs
     from webhook.config import load_settings
     from webhook.controller import metrics as controller_metrics
+    from webhook.controller.kubeapi import ClientApi
     from webhook.kube.client import api_client
     from webhook.policy.gate import load_policy_engine
     from webhook.results import metrics
     from webhook.results.auth import Authenticator, ReviewAPI
     from webhook.results.export import Exporters
+    from webhook.results.failures import Notifier
     from webhook.results.mirror import cluster_mirrors
     from webhook.results.planner import Planner
     from webhook.results.service import Retention, Service, create_service_app
@@ -247,11 +250,14 @@ def _service(args: argparse.Namespace) -> int:
         return 2
     reviewer = ReviewAPI(args.kubeconfig, args.context)
     gate = load_policy_engine(settings, reviewer)
-    pods, namespaces = cluster_mirrors(api_client(args.kubeconfig, args.context))
+    cluster = api_client(args.kubeconfig, args.context)
+    pods, namespaces = cluster_mirrors(cluster)
+    # Failed recordings: Events on their pods (the pod's name says which replica posted).
+    notifier = Notifier(ClientApi(cluster), identity=os.environ.get("HOSTNAME", "results"))
     service = Service(args.dir, Authenticator(reviewer, args.audience),
                       Planner(settings, gate, args.dir, max_concurrent=args.max_concurrent_runs),
                       pods, namespaces, Retention.from_environment(os.environ),
-                      exporters=exporters)
+                      exporters=exporters, notifier=notifier)
     app = create_service_app(service)
 
     def start(worker: object) -> None:

@@ -108,10 +108,12 @@ def event_name(pod: str, uid: str, reason: str, detail: str = "") -> str:
 
 
 def post_event(api: KubeApi, involved: dict[str, str], reason: str, message: str, *,
-               warning: bool, detail: str, identity: str, now: dt.datetime) -> str:
+               warning: bool, detail: str, identity: str, now: dt.datetime,
+               component: str = COMPONENT) -> str:
     """Create an Event on `involved` (a Pod or a Namespace): "created", "exists" (its
     deterministic name was taken: reported before, by this replica or an earlier leader) or
-    "failed" (logged; tried again next pass)."""
+    "failed" (logged; tried again next pass). `component` is the reporter (the controller's,
+    or the results service's)."""
     stamp = format_time(now)
     # A cluster-scoped object's Events live in `default` (the apiserver requires an Event's
     # namespace to be its object's, or default for none); `kubectl describe namespace` finds them.
@@ -125,8 +127,8 @@ def post_event(api: KubeApi, involved: dict[str, str], reason: str, message: str
         "reason": reason, "message": message[:1024],
         "type": "Warning" if warning else "Normal",
         "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
-        "source": {"component": COMPONENT},
-        "reportingComponent": COMPONENT, "reportingInstance": identity,
+        "source": {"component": component},
+        "reportingComponent": component, "reportingInstance": identity,
     }
     try:
         api.call("POST", f"/api/v1/namespaces/{namespace}/events", body)

@@ -14,8 +14,9 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 RUNS = Counter(
     "sidecar_debug_results_runs",
     "Scheduled runs by technique and outcome (planned, stored, failed, expired, deferred, "
-    "refused) and reason (the agent's exit reason, busy-namespace, technique-unavailable, "
-    "policy, ...).",
+    "refused, suspended) and reason (the agent's exit reason, busy-namespace, "
+    "technique-unavailable, policy, ...; suspended: the failures' reason, once per cron "
+    "minute withheld).",
     ["technique", "outcome", "reason"],
     registry=REGISTRY,
 )
@@ -53,6 +54,13 @@ REQUEST_SECONDS = Histogram(
     "Time to answer a request, by route.",
     ["route"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+    registry=REGISTRY,
+)
+EVENTS = Counter(
+    "sidecar_debug_results_events",
+    "Events about scheduled recordings on their pods, by reason (RecordingFailed, "
+    "RecordingSuspended) and outcome (posted, rate-limited, exists, failed).",
+    ["reason", "outcome"],
     registry=REGISTRY,
 )
 MIRROR_SYNCS = Counter(

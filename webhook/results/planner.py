@@ -11,10 +11,18 @@ handed to this pod, within the fair share: at most `max_concurrent` runs in flig
 namespace. Each recording handed out is a ticket; the toolset pushes its run (or its failure)
 with the ticket, and only the pod the ticket was issued to may. A ticket not answered within
 the recording's duration plus TICKET_MARGIN expires and frees its slot.
+
+Failures (`failed(ticket, reason)`) are counted per schedule and pod uid, by reason: after
+SUSPEND_AFTER with one reason the recording is no longer handed to that pod, until the pod
+(its uid), its profile (the granted profile's name and definition) or the schedule (its
+fields) changes: the schedule, the profile and the pod are the ticket's `fingerprint`, compared
+at every plan. A stored run clears the count. Counts and suspensions are kept in the state
+file, so a restart does not restart a failing pod's three attempts.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -22,7 +30,7 @@ import secrets
 import tempfile
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,7 +39,8 @@ from webhook.config import Settings
 from webhook.errors import Refused
 from webhook.results import metrics
 from webhook.schedules import plan as plans
-from webhook.schedules.plan import Book, Problem, RuleSource
+from webhook.schedules.plan import Book, Problem, RuleSource, Toolset
+from webhook.schedules.spec import Schedule
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +49,8 @@ STATE_DIR = ".schedules"
 STATE_FILE = "state.json"
 FORGET_AFTER = timedelta(days=2)  # state of a (schedule, pod) not seen for this long goes
 MAX_REPORTED = 10_000
+SUSPEND_AFTER = 3  # failures of one schedule on one pod with the same reason
+_CODE_LIMIT = 40
 
 
 class PlanError(Refused):
@@ -60,6 +71,7 @@ class Ticket:
     cron: str
     issued: datetime
     expires: datetime
+    fingerprint: str = ""  # the schedule and the pod's profile it was planned with
 
     def to_plan(self) -> dict[str, Any]:
         """What the agent is told (toolset/bin/results-agent reads these keys)."""
@@ -70,6 +82,43 @@ class Ticket:
 
 def _minute(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+def fingerprint(schedule: Schedule, toolset: Toolset | None, settings: Settings) -> str:
+    """What a suspension is bound to besides the pod's uid: the schedule's fields (a changed
+    annotation is a changed schedule) and the pod's granted profile, by name and definition
+    (an operator who gives the profile what it lacked lifts it)."""
+    profile = toolset.profile if toolset is not None else ""
+    definition = settings.profiles.get(profile)
+    text = "\n".join((schedule.key, schedule.cron.expression, str(schedule.duration),
+                      schedule.technique, str(schedule.frequency), schedule.selector.describe(),
+                      str(schedule.max_pods), profile, repr(definition)))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Streak:
+    """The failures of one schedule on one pod since its last stored run."""
+
+    fingerprint: str
+    counts: dict[str, int] = field(default_factory=dict)  # failure reason -> failures
+    suspended: str = ""  # the reason it is suspended for; "" while it is not
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fingerprint": self.fingerprint, "counts": dict(self.counts),
+                "suspended": self.suspended}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Streak | None:
+        if not isinstance(raw, dict) or not isinstance(raw.get("fingerprint"), str):
+            return None
+        counts = raw.get("counts")
+        suspended = raw.get("suspended")
+        return cls(raw["fingerprint"][:64], {
+            str(k)[:_CODE_LIMIT]: v for k, v in (counts.items() if isinstance(counts, dict)
+                                                 else ())
+            if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1 << 20},
+            suspended[:_CODE_LIMIT] if isinstance(suspended, str) else "")
 
 
 class Planner:
@@ -86,6 +135,8 @@ class Planner:
         self.tickets: dict[str, Ticket] = {}
         self.reported: set[tuple[str, str, str]] = set()
         self.deferred: set[tuple[str, str, datetime]] = set()
+        self.streaks: dict[tuple[str, str], Streak] = {}  # (schedule key, pod uid)
+        self.withheld: set[tuple[str, str, datetime]] = set()  # suspended, counted once
         self._load()
 
     # --- state on the volume ----------------------------------------------------------------
@@ -106,15 +157,26 @@ class Planner:
                 continue
             self.last[(schedule, uid)] = moment
             self.seen[(schedule, uid)] = moment
+        streaks = data.get("failures") if isinstance(data, dict) else None
+        for key, value in (streaks.items() if isinstance(streaks, dict) else ()):
+            schedule, _, uid = str(key).rpartition("|")
+            streak = Streak.from_json(value)
+            if streak is not None and schedule:
+                self.streaks[(schedule, uid)] = streak
+                self.seen.setdefault((schedule, uid),
+                                     self.last.get((schedule, uid)) or datetime.now(UTC))
 
     def _save(self, now: datetime) -> None:
         for key in [k for k, seen in self.seen.items() if now - seen > FORGET_AFTER]:
             self.seen.pop(key, None)
             self.last.pop(key, None)
+            self.streaks.pop(key, None)
         if self.path is None:
             return
         data = {"last": {f"{schedule}|{uid}": moment.isoformat()
-                         for (schedule, uid), moment in sorted(self.last.items())}}
+                         for (schedule, uid), moment in sorted(self.last.items())},
+                "failures": {f"{schedule}|{uid}": streak.to_json()
+                             for (schedule, uid), streak in sorted(self.streaks.items())}}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             handle, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=".state-")
@@ -186,6 +248,12 @@ class Planner:
                     changed = True
                 if minute is None:
                     continue
+                current = fingerprint(schedule, toolset, self.settings)
+                had = key in self.streaks
+                withheld = self._suspended(key, current, schedule, pod, minute)
+                changed = changed or (had and key not in self.streaks)
+                if withheld:
+                    continue
                 if any(t.schedule == schedule.key and t.uid == uid
                        for t in self.tickets.values()):
                     continue  # still recording the previous run: not started again
@@ -207,7 +275,7 @@ class Planner:
                     technique=schedule.technique, duration=schedule.duration,
                     frequency=schedule.frequency, due=minute, cron=schedule.cron.expression,
                     issued=now, expires=now + timedelta(seconds=schedule.duration)
-                    + TICKET_MARGIN)
+                    + TICKET_MARGIN, fingerprint=current)
                 self.tickets[ticket.id] = ticket
                 self.last[key] = minute
                 changed = True
@@ -219,6 +287,8 @@ class Planner:
                          ticket.technique, ticket.duration, ticket.frequency)
             if len(self.deferred) > MAX_REPORTED:
                 self.deferred.clear()
+            if len(self.withheld) > MAX_REPORTED:
+                self.withheld.clear()
             if changed:
                 self._save(now)
         return issued
@@ -236,3 +306,61 @@ class Planner:
                                 f"{ticket.pod}, not for {namespace}/{pod}")
             del self.tickets[ticket_id]
             return ticket
+
+    # --- failures and suspension ---------------------------------------------------------------
+
+    def _suspended(self, key: tuple[str, str], current: str, schedule: Schedule,
+                   pod: Mapping[str, Any], minute: datetime) -> bool:
+        """True when this schedule is suspended for this pod (counted once per cron minute
+        withheld). A streak planned with another schedule or profile is dropped: what it
+        failed with has changed (a new pod has a new uid, hence no streak)."""
+        streak = self.streaks.get(key)
+        if streak is None:
+            return False
+        if streak.fingerprint != current:
+            del self.streaks[key]
+            if streak.suspended:
+                log.info("schedule %s: %s/%s: resumed (the schedule or the pod's profile "
+                         "changed since it was suspended)", schedule.key,
+                         plans.namespace_of(pod), plans.name_of(pod))
+            return False
+        if not streak.suspended:
+            return False
+        mark = (schedule.key, key[1], minute)
+        if mark not in self.withheld:
+            self.withheld.add(mark)
+            metrics.RUNS.labels(technique=schedule.technique, outcome="suspended",
+                                reason=streak.suspended).inc()
+        return True
+
+    def failed(self, ticket: Ticket, reason: str) -> tuple[int, bool]:
+        """Count a failed recording: (failures of this schedule on this pod with this reason,
+        whether this one suspended it)."""
+        key = (ticket.schedule, ticket.uid)
+        with self.lock:
+            streak = self.streaks.get(key)
+            if streak is None or streak.fingerprint != ticket.fingerprint:
+                streak = self.streaks[key] = Streak(ticket.fingerprint)
+            if reason not in streak.counts and len(streak.counts) >= 20:
+                streak.counts.clear()  # a pod making up reasons does not grow the state
+            count = streak.counts[reason] = streak.counts.get(reason, 0) + 1
+            newly = count >= SUSPEND_AFTER and not streak.suspended
+            if newly:
+                streak.suspended = reason
+                log.warning("schedule %s: %s/%s: suspended after %d failures (%s)",
+                            ticket.schedule, ticket.namespace, ticket.pod, count, reason)
+            self.seen[key] = max(self.seen.get(key, ticket.issued), ticket.issued)
+            self._save(ticket.issued)
+        return count, newly
+
+    def succeeded(self, ticket: Ticket) -> None:
+        """A stored run: the schedule's failures on this pod are forgotten."""
+        with self.lock:
+            if self.streaks.pop((ticket.schedule, ticket.uid), None) is not None:
+                self._save(ticket.issued)
+
+    def suspended(self, schedule: str, uid: str) -> str:
+        """The reason `schedule` is suspended for pod `uid`, or ""."""
+        with self.lock:
+            streak = self.streaks.get((schedule, uid))
+            return streak.suspended if streak is not None else ""

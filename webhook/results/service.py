@@ -6,12 +6,14 @@ service`, the chart's `<fullname>-results` Deployment).
   (webhook.results.auth). Plans are computed here from the namespace and pod objects the
   service watches (webhook.results.mirror, webhook.results.planner), never from what the
   toolset says; a run is stored only under the pod its token belongs to, and only for a
-  recording this service planned for that pod (its ticket).
+  recording this service planned for that pod (its ticket). A recording that failed is
+  reported to `POST /agent/v1/failures` (webhook.results.failures): stored as a failed run,
+  an Event on the pod, and after repeated failures the recording is suspended for that pod.
 - Readers get the results page (webhook.results.web) with their own bearer token: only the
   namespaces a SubjectAccessReview lets them read.
 
-The service's ServiceAccount can get/list/watch pods and namespaces and create TokenReviews
-and SubjectAccessReviews; nothing else (tests/chart/test_chart_rbac.py).
+The service's ServiceAccount can get/list/watch pods and namespaces and create TokenReviews,
+SubjectAccessReviews and Events; nothing else (tests/chart/test_chart_rbac.py).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from flask import Flask, Response, abort, request
 from webhook import constants
 from webhook.errors import Refused
 from webhook.policy.model import duration_seconds
-from webhook.results import folded, metrics
+from webhook.results import failures, folded, metrics
 from webhook.results.auth import POD_HEADER, AgentIdentity, Authenticator, AuthError
 from webhook.results.bpftrace import collapse_bpftrace
 from webhook.results.export import Exporters
@@ -47,7 +49,6 @@ log = logging.getLogger(__name__)
 MAX_PUSH_BYTES = 16 << 20  # a folded profile of a busy app is a few MiB at most
 POLL_SECONDS = 20  # how often an agent asks (it is told so in every plan)
 RETENTION_SECONDS = 300.0
-_REASON = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 # What of an agent's metadata is kept (the toolset's meta.json: types checked, sizes capped;
 # all of it is data the app's text may have reached).
 _META_TEXT = {"runtime": 64, "type": 16, "unit": 16, "technique": 32, "summary": 4096}
@@ -147,7 +148,8 @@ class Service:
     def __init__(self, root: Path, auth: Authenticator, planner: Planner, pods: Mirror,
                  namespaces: Mirror, retention: Retention,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 exporters: Exporters | None = None) -> None:
+                 exporters: Exporters | None = None,
+                 notifier: failures.Notifier | None = None) -> None:
         self.store = Store(root)
         self.exporters = exporters  # results.export: sent on after storing, never waited for
         self.auth = auth
@@ -156,6 +158,7 @@ class Service:
         self.namespaces = namespaces
         self.retention = retention
         self.clock = clock
+        self.notifier = notifier or failures.Notifier(None, identity="")
         self.write_lock = threading.Lock()
         self.stopped = threading.Event()
 
@@ -199,16 +202,8 @@ class Service:
                   "(folded or bpftrace) or an error")
         ticket = self.planner.finish(body["ticket"], identity.namespace, identity.pod,
                                      identity.pod_uid or plans.uid_of(pod))
-        if "error" in body:
-            reason = body.get("reason")
-            reason = reason if isinstance(reason, str) and _REASON.fullmatch(reason) \
-                else "failed"
-            message = _one_line(body.get("error")) or "no message"
-            metrics.RUNS.labels(technique=ticket.technique, outcome="failed",
-                                reason=reason).inc()
-            log.error("schedule %s: %s/%s: recording failed (%s): %s", ticket.schedule,
-                      ticket.namespace, ticket.pod, reason, message)
-            return {"recorded": "failure", "reason": reason}, 200
+        if "error" in body:  # a toolset older than /agent/v1/failures
+            return self.failed(ticket, pod, failures.legacy_report(body))
         stacks = self._stacks(body, ticket)
         recording = clean_meta(body.get("meta"))
         meta = {**{k: v for k, v in recording.items() if k not in ("seconds", "frequency")},
@@ -230,10 +225,55 @@ class Service:
         size = (run.path / "stacks.folded").stat().st_size
         metrics.RUNS.labels(technique=ticket.technique, outcome="stored", reason="").inc()
         metrics.STORED_BYTES.inc(size)
+        self.planner.succeeded(ticket)
         log.info("schedule %s: stored %s (%d samples)", ticket.schedule, run.id, run.samples)
         if self.exporters:
             self.exporters.export(run)
         return {"run": run.id, "samples": run.samples}, 201
+
+    # --- failed recordings (webhook.results.failures) --------------------------------------
+
+    def failure(self, body: Any) -> tuple[dict[str, Any], int]:
+        """`POST /agent/v1/failures`: the report is checked before the ticket is taken back (a
+        malformed report leaves the ticket to a correct one)."""
+        identity, pod = self.agent_pod()
+        report = failures.parse_report(body)
+        ticket = self.planner.finish(body["ticket"], identity.namespace, identity.pod,
+                                     identity.pod_uid or plans.uid_of(pod))
+        return self.failed(ticket, pod, report)
+
+    def failed(self, ticket: Ticket, pod: Mapping[str, Any],
+               report: failures.FailureReport) -> tuple[dict[str, Any], int]:
+        """Count, store as a failed run, tell the pod's owner (an Event, rate-limited), and
+        suspend the recording for this pod after repeated failures with one reason."""
+        metrics.RUNS.labels(technique=ticket.technique, outcome="failed",
+                            reason=report.reason).inc()
+        log.error("schedule %s: %s/%s: recording failed (%s): %s", ticket.schedule,
+                  ticket.namespace, ticket.pod, report.reason, report.message)
+        meta = {"duration": ticket.duration, "frequency": ticket.frequency,
+                "schedule": ticket.schedule, "cron": ticket.cron,
+                "due": ticket.due.isoformat(), "trigger": "schedule"}
+        run_id = ""
+        try:
+            with self.write_lock:
+                run_id = self.store.save_failure(
+                    ticket.namespace, ticket.pod, ticket.technique, started=ticket.issued,
+                    reason=report.reason, message=report.message, meta=meta).id
+        except (StoreError, OSError) as error:  # the Event still goes out
+            log.error("schedule %s: cannot store the failed run of %s/%s: %s",
+                      ticket.schedule, ticket.namespace, ticket.pod, error)
+        count, suspended = self.planner.failed(ticket, report.reason)
+        target = {"namespace": ticket.namespace, "name": ticket.pod, "uid": ticket.uid}
+        self.notifier.post(target, ticket.schedule, report.reason, failures.REASON_FAILED,
+                           failures.failed_message(ticket.technique, ticket.schedule,
+                                                   ticket.due, report, count))
+        if suspended:
+            self.notifier.post(target, ticket.schedule, report.reason,
+                               failures.REASON_SUSPENDED,
+                               failures.suspended_message(ticket.technique, ticket.schedule,
+                                                          report))
+        return {"recorded": "failure", "reason": report.reason, "run": run_id,
+                "failures": count, "suspended": suspended}, 200
 
     def _stacks(self, body: Mapping[str, Any], ticket: Ticket) -> dict[folded.Stack, int]:
         text, kind = body.get("stacks"), body.get("format", "folded")
@@ -323,6 +363,23 @@ def create_service_app(service: Service) -> Flask:
         except (ValueError, RecursionError):
             abort(400, description="the body is not JSON")
         return answer(lambda: service.push(body))
+
+    @app.post("/agent/v1/failures")
+    def agent_failure() -> Response:
+        if request.mimetype != "application/json":
+            abort(415, description="send the report as application/json")
+        if (request.content_length or 0) > failures.MAX_REPORT_BYTES:
+            abort(413, description=f"a failure report is at most {failures.MAX_REPORT_BYTES} "
+                  "bytes: the reason is a short code, the message one line")
+        data = request.stream.read(failures.MAX_REPORT_BYTES + 1)
+        if len(data) > failures.MAX_REPORT_BYTES:
+            abort(413, description=f"a failure report is at most {failures.MAX_REPORT_BYTES} "
+                  "bytes: the reason is a short code, the message one line")
+        try:
+            body = json.loads(data)
+        except (ValueError, RecursionError):
+            abort(400, description="the body is not JSON")
+        return answer(lambda: service.failure(body))
 
     @app.errorhandler(409)
     @app.errorhandler(415)

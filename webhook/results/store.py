@@ -6,6 +6,10 @@ Layout, one directory per run:
         stacks.folded   the samples (the source of truth; every other format is computed)
         meta.json       namespace, pod, technique, start time, duration, schedule, summary...
 
+A failed scheduled recording is a run too (`save_failure`): a directory with only meta.json,
+`outcome` "failed" with the `reason` (a short code) and `message` (one line); it has no stacks,
+is listed beside the pod's runs and goes with retention like them.
+
 A run is written into a hidden directory beside its final place and renamed into it when
 complete, so that a reader (the results page, mounted read-only) never sees half a run.
 Names come from the Kubernetes API, but are still checked against what Kubernetes allows
@@ -37,6 +41,8 @@ _DNS_SUBDOMAIN = re.compile(
 _TECHNIQUE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 _RUN_NAME = re.compile(r"^(\d{8}T\d{6}Z)(?:-(\d+))?-([a-z0-9][a-z0-9-]{0,39})$")
 MAX_FOLDED_BYTES = 64 << 20
+MAX_META_BYTES = 1 << 20
+FAILED = "failed"
 
 
 class StoreError(ValueError):
@@ -60,11 +66,28 @@ class Run:
         return f"{self.namespace}/{self.pod}/{self.name}"
 
     @property
+    def failed(self) -> bool:
+        """A failed recording (meta.json only: reason and message, no stacks)."""
+        return self.meta.get("outcome") == FAILED
+
+    @property
+    def reason(self) -> str:
+        value = self.meta.get("reason")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def message(self) -> str:
+        value = self.meta.get("message")
+        return value if isinstance(value, str) else ""
+
+    @property
     def samples(self) -> int:
         value = self.meta.get("samples")
         return value if isinstance(value, int) else 0
 
     def stacks(self) -> dict[folded.Stack, int]:
+        if self.failed:
+            raise StoreError(f"run {self.id} failed ({self.reason}): it recorded no stacks")
         path = self.path / FOLDED_NAME
         if path.stat().st_size > MAX_FOLDED_BYTES:
             raise StoreError(f"run {self.id}: {FOLDED_NAME} is larger than {MAX_FOLDED_BYTES} "
@@ -75,6 +98,8 @@ class Run:
             raise StoreError(f"run {self.id}: {FOLDED_NAME}: {error}") from error
 
     def folded_text(self) -> str:
+        if self.failed:
+            raise StoreError(f"run {self.id} failed ({self.reason}): it recorded no stacks")
         return (self.path / FOLDED_NAME).read_text(encoding="utf-8", errors="replace")
 
 
@@ -128,10 +153,35 @@ class Store:
             "samples": folded.total(stacks),
             "hottest": [[name, count] for name, count in folded.hottest(stacks, 10)],
         })
+        return self._place(pod_dir, technique, started, record,
+                           folded.format_stacks(stacks))
+
+    def save_failure(self, namespace: str, pod: str, technique: str, *, started: datetime,
+                     reason: str, message: str, meta: Mapping[str, Any] | None = None) -> Run:
+        """Store a failed recording: its metadata, `outcome` failed, the reason and message."""
+        check_namespace(namespace)
+        check_pod(pod)
+        check_technique(technique)
+        started = utc(started)
+        pod_dir = self.root / namespace / pod
+        pod_dir.mkdir(parents=True, exist_ok=True)
+        record: dict[str, Any] = dict(meta or {})
+        record.update({
+            "namespace": namespace, "pod": pod, "technique": technique,
+            "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"), "samples": 0,
+            "outcome": FAILED, "reason": reason, "message": message,
+        })
+        return self._place(pod_dir, technique, started, record, None)
+
+    def _place(self, pod_dir: Path, technique: str, started: datetime,
+               record: dict[str, Any], stacks_text: str | None) -> Run:
+        """Write the run into a hidden directory and rename it into place, complete."""
+        namespace, pod = pod_dir.parent.name, pod_dir.name
         staging = pod_dir / f".incoming-{secrets.token_hex(6)}"
         staging.mkdir()
         try:
-            (staging / FOLDED_NAME).write_text(folded.format_stacks(stacks), encoding="utf-8")
+            if stacks_text is not None:
+                (staging / FOLDED_NAME).write_text(stacks_text, encoding="utf-8")
             (staging / META_NAME).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n",
                                              encoding="utf-8")
             stamp = started.strftime(STAMP_FORMAT)
@@ -218,18 +268,24 @@ class Store:
 
     def _load(self, namespace: str, pod: str, run_dir: Path) -> Run | None:
         match = _RUN_NAME.match(run_dir.name)
-        stacks = run_dir / FOLDED_NAME
-        if not match or not stacks.is_file() or stacks.is_symlink():
+        if not match:
             return None
+        stacks = run_dir / FOLDED_NAME
+        recorded = stacks.is_file() and not stacks.is_symlink()
         started = datetime.strptime(match.group(1), STAMP_FORMAT).replace(tzinfo=UTC)
         meta: dict[str, Any] = {}
         meta_path = run_dir / META_NAME
         if meta_path.is_file() and not meta_path.is_symlink():
             try:
-                loaded = json.loads(meta_path.read_text(encoding="utf-8"))
-                meta = loaded if isinstance(loaded, dict) else {}
+                if meta_path.stat().st_size <= MAX_META_BYTES:
+                    loaded = json.loads(meta_path.read_text(encoding="utf-8"))
+                    meta = loaded if isinstance(loaded, dict) else {}
             except (ValueError, OSError):
                 meta = {}
+        if recorded:
+            meta.pop("outcome", None)  # a run with stacks is a recorded run, whatever it says
+        elif meta.get("outcome") != FAILED:
+            return None  # neither stacks nor a failure: not a run
         return Run(namespace, pod, run_dir.name, started, match.group(3), run_dir, meta)
 
     def get(self, run_id: str) -> Run:

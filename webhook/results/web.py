@@ -39,6 +39,7 @@ table { border-collapse: collapse; margin: .6em 0 1.2em; }
 th, td { padding: .25em .7em; border-bottom: 1px solid #ddd; text-align: left; }
 th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 h2 { font-size: 1.1em; margin: 1.2em 0 .2em; } .muted { color: #777; }
+td.failed { color: #a00; }
 .bar { display: flex; gap: .8em; align-items: center; flex-wrap: wrap; margin: .5em 0; }
 """
 
@@ -68,6 +69,14 @@ one.</p>
 <table class="runs"><tr><th>A</th><th>B</th><th>started (UTC)</th><th>technique</th>
 <th>seconds</th><th>samples</th><th>hottest</th><th>downloads</th></tr>
 {% for run in runs %}
+{% if run.failed %}
+<tr class="run failed" data-run="{{ run.id }}">
+<td></td><td></td>
+<td><a class="view" href="runs/{{ run.id }}/">
+{{- run.started.strftime('%Y-%m-%d %H:%M:%S') }}</a></td>
+<td>{{ run.technique }}</td><td class="num">{{ run.meta.get('duration', '') }}</td>
+<td class="failed" colspan="3"><b>failed</b> ({{ run.reason }}): {{ run.message }}</td></tr>
+{% else %}
 <tr class="run" data-run="{{ run.id }}">
 <td><input type="radio" name="a" value="{{ run.id }}" aria-label="before"></td>
 <td><input type="radio" name="b" value="{{ run.id }}" aria-label="after"></td>
@@ -79,11 +88,24 @@ one.</p>
 <td><a href="runs/{{ run.id }}/stacks.folded">folded</a> &middot;
 <a href="runs/{{ run.id }}/profile.speedscope.json">speedscope</a> &middot;
 <a href="runs/{{ run.id }}/profile.pb.gz">pprof</a></td></tr>
+{% endif %}
 {% endfor %}</table>
 {% endfor %}
 </form>
 {% endif %}
 """
+
+_FAILED = """
+<p id="failed"><b>This recording failed</b> ({{ run.reason }}): {{ run.message }}</p>
+<table><tr><th>started (UTC)</th><td>{{ run.started.strftime('%Y-%m-%d %H:%M:%S') }}</td></tr>
+<tr><th>technique</th><td>{{ run.technique }}</td></tr>
+<tr><th>schedule</th><td>{{ run.meta.get('schedule', '') }}</td></tr>
+<tr><th>due</th><td>{{ run.meta.get('due', '') }}</td></tr></table>
+<p class="muted">The pod's Events say the same (<code>kubectl describe pod {{ run.pod }} -n
+{{ run.namespace }}</code>); after 3 failures with one reason the schedule is suspended for
+this pod until the pod, its profile or the schedule changes.</p>
+"""
+
 
 def _hottest(run: Run) -> str:
     hottest = run.meta.get("hottest")
@@ -162,7 +184,13 @@ def create_app(root: Path, access: Access | None = None) -> Flask:
         except StoreError as error:
             abort(404, description=str(error))
 
+    def recorded(run: Run) -> None:
+        if run.failed:
+            abort(404, description=f"run {run.id} failed ({run.reason}): it recorded no "
+                  "stacks")
+
     def stacks_of(run: Run) -> dict[folded.Stack, int]:
+        recorded(run)
         try:
             return run.stacks()
         except StoreError as error:
@@ -217,18 +245,24 @@ def create_app(root: Path, access: Access | None = None) -> Flask:
     def api_runs() -> Response:
         data = [{"id": run.id, "namespace": run.namespace, "pod": run.pod,
                  "technique": run.technique, "started": run.started.isoformat(),
-                 "samples": run.samples} for run in readable_runs()]
+                 "samples": run.samples, "outcome": "failed" if run.failed else "stored",
+                 **({"reason": run.reason, "message": run.message} if run.failed else {})}
+                for run in readable_runs()]
         return Response(json.dumps(data), mimetype="application/json")
 
     @app.get("/runs/<namespace>/<pod>/<name>/")
     def view(namespace: str, pod: str, name: str) -> Response:
         run = find(f"{namespace}/{pod}/{name}")
+        if run.failed:
+            return Response(page(run.id, _FAILED, subtitle=f"{namespace} / {pod}", depth=4,
+                                 run=run), mimetype="text/html")
         return graph(render.Profile(stacks_of(run), meta=run.meta, title=run.id,
                                     name=f"{pod}-{name}"), home="../../../../")
 
     @app.get("/runs/<namespace>/<pod>/<name>/stacks.folded")
     def download_folded(namespace: str, pod: str, name: str) -> Response:
         run = find(f"{namespace}/{pod}/{name}")
+        recorded(run)
         return _download(run.folded_text().encode(), "text/plain; charset=utf-8",
                          f"{pod}-{name}.folded")
 
