@@ -16,6 +16,7 @@ from tests.unit.core_helpers import settings_with
 from tests.unit.guard.test_toolset import as_admitted
 from webhook import constants
 from webhook.certs import pki
+from webhook.config import Settings
 from webhook.inject.sidecar import InjectionPlan, inject_pod
 from webhook.policy.model import RuleSettings
 from webhook.schedules import plan
@@ -60,16 +61,18 @@ def toolset(profile: str = "full", *, image: str = "toolset:1", token: bool = Tr
 
 def pod(name: str, labels: dict[str, str] | None = None, *, namespace: str = "shop",
         annotation: str | None = None, phase: str = "Running", profile: str = "full",
-        wired: bool = True, containers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        wired: bool = True, containers: list[dict[str, Any]] | None = None,
+        settings: Settings = SETTINGS) -> dict[str, Any]:
     """A pod as the API has it after the webhook injected it (with the results wiring unless
-    `wired` is false); `containers` replaces its containers by hand-written ones."""
+    `wired` is false) with `settings`; `containers` replaces its containers by hand-written
+    ones."""
     metadata: dict[str, Any] = {"name": name, "namespace": namespace, "uid": f"uid-{name}",
                                 "labels": labels or {}}
     app = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
            "spec": {"containers": [{"name": "app", "image": "app"}]}}
-    injected, _ = inject_pod(app, InjectionPlan(profile=SETTINGS.profiles[profile],
+    injected, _ = inject_pod(app, InjectionPlan(profile=settings.profiles[profile],
                                                 results_ca=CA if wired else "", grant="test"),
-                             SETTINGS)
+                             settings)
     result = as_admitted(injected)
     if containers is not None:
         result["spec"]["containers"] = containers
