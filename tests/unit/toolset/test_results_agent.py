@@ -74,3 +74,32 @@ def test_the_recordings_files_are_read_capped_and_without_following_links(
     (tmp_path / "link").symlink_to(stacks)
     with pytest.raises(OSError):
         agent._read_capped(str(tmp_path / "link"), 1024)
+
+
+def test_a_failed_recording_is_reported_to_the_failures_endpoint(
+        agent: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tool's last line carries the app's text: the report is one printable line, capped,
+    with the reason as a short code (the service checks both again)."""
+    calls: list[tuple[str, str, object]] = []
+
+    class Client:
+        url = "https://r"
+
+        def call(self, method: str, path: str, body: object = None) -> tuple[int, object]:
+            calls.append((method, path, body))
+            return 200, {"recorded": "failure"}
+
+    def record(technique: str, seconds: int, frequency: int) -> None:
+        raise agent.RecordingError("not-possible", "flamegraph exited 4: perf\nmay not\x1b[2J "
+                                   + "x" * 1000)
+
+    monkeypatch.setattr(agent, "record", record)
+    agent.Agent(Client(), 20.0).run_item({"ticket": "t1", "technique": "perf", "seconds": 5,
+                                          "frequency": 99, "schedule": "pod/shop/web#0"})
+    [(method, path, body)] = calls
+    assert (method, path) == ("POST", "/agent/v1/failures")
+    assert isinstance(body, dict) and set(body) == {"ticket", "reason", "message"}
+    assert (body["ticket"], body["reason"]) == ("t1", "not-possible")
+    message = body["message"]
+    assert message.startswith("flamegraph exited 4: perf may not\\x1b[2J xxx")
+    assert message.isprintable() and len(message) == agent.MAX_MESSAGE
