@@ -413,7 +413,80 @@ def test_the_agent_loop_pushes_a_failed_recording_with_its_reason(
 
     wait_until(pushed, 60, "the failed recording pushed", interval=1)
     assert "recording failed (no-output)" in service.log.read_text()
-    assert not (service.directory / namespace).exists()
+    [failed] = [json.loads((run / "meta.json").read_text())
+                for run in (service.directory / namespace / "web").iterdir()]
+    assert (failed["outcome"], failed["reason"]) == ("failed", "no-output")
+
+
+def pod_events(cluster: Cluster, namespace: str, uid: str) -> list[dict[str, Any]]:
+    answer = kube.request(cluster.api_client(), "GET",
+                          f"/api/v1/namespaces/{namespace}/events"
+                          f"?fieldSelector=involvedObject.uid={uid}", None, None)
+    return [e for e in answer["items"] if e["source"].get("component") == "sidecar-debug-results"]
+
+
+def test_a_failed_recording_is_an_event_on_the_pod_and_a_failed_run_for_its_readers(
+        lite_cluster: Cluster, service: Service, agent: ModuleType, tmp_path: Path) -> None:
+    """Issue 23 item 7: the owner learns that and why, through the API they read (the pod's
+    Events, with the service's own RBAC) and the results page (for readers of the namespace
+    only); the message an app could have written stays one line of text."""
+    namespace = new_namespace(lite_cluster, "failing")
+    pod = create(lite_cluster, toolset_pod(service, "web", namespace))
+    uid = pod["metadata"]["uid"]
+    as_pod = client(agent, service, token_request(lite_cluster, namespace, "default",
+                                                  audience=AUDIENCE, pod=pod), tmp_path)
+    [run] = plan_for(as_pod)
+    hostile = ("flamegraph exited 4: perf may not open events\n[results] forged\x1b[2J "
+               "<img src=x onerror=alert(1)>" + "x" * 5000)
+    # A report the service cannot take is refused saying why, and leaves the ticket usable.
+    status, answer = as_pod.call("POST", "/agent/v1/failures",
+                                 {"ticket": run["ticket"], "reason": "Not Possible",
+                                  "message": "m"})
+    assert status == 400 and "reason" in answer["error"]
+    status, answer = as_pod.call("POST", "/agent/v1/failures",
+                                 {"ticket": run["ticket"], "reason": "not-possible",
+                                  "message": hostile})
+    assert status == 200 and (answer["failures"], answer["suspended"]) == (1, False), answer
+    run_id = answer["run"]
+
+    [event] = wait_until(lambda: pod_events(lite_cluster, namespace, uid) or None, 30,
+                         "the RecordingFailed Event on the pod")
+    print(json.dumps(event, indent=1))
+    assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "web",
+                                       "namespace": namespace, "uid": uid}
+    assert (event["reason"], event["type"], event["count"]) == ("RecordingFailed", "Warning", 1)
+    message = event["message"]
+    assert message.startswith(f"scheduled perf recording of schedule pod/{namespace}/web#0 (due ")
+    assert "failed (not-possible): flamegraph exited 4: perf may not open events [results] " \
+        "forged [2J <img" in message
+    assert message.isprintable() and len(message) <= 1024  # the cut message and our words
+    assert "2 more with this reason" in message
+
+    admin, alice = lite_cluster.token_for("admin"), lite_cluster.token_for("alice")
+    lite_cluster.kubectl("create", "rolebinding", "carol-reads", "-n", namespace,
+                         f"--clusterrole={RELEASE}-sidecar-debug-results-reader", "--user=carol")
+    for reader in (admin, lite_cluster.token_for("carol")):
+        def listed(reader: str = reader) -> list[dict[str, Any]] | None:
+            status, body = reader_get(service, "/api/runs", reader)
+            assert status == 200, body
+            return [r for r in json.loads(body) if r["namespace"] == namespace] or None
+
+        [shown] = wait_until(listed, 30, "the failed run on /api/runs (answers cached 10 s)")
+        assert (shown["id"], shown["outcome"], shown["reason"], shown["technique"]) == (
+            run_id, "failed", "not-possible", "perf")
+        assert shown["message"].startswith("flamegraph exited 4: perf may not open events "
+                                           "[results] forged [2J <img")
+        assert len(shown["message"]) == 300
+        status, page = reader_get(service, "/", reader)
+        assert status == 200 and "&lt;img src=x onerror=alert(1)&gt;" in page
+        assert "<img src=x" not in page
+    status, body = reader_get(service, "/api/runs", alice)
+    assert status == 200 and not [r for r in json.loads(body) if r["namespace"] == namespace]
+    status, body = reader_get(service, f"/runs/{run_id}/", alice)
+    assert status == 403 and "perf may not" not in body
+    # Metrics keep counting what the Events do not repeat.
+    assert metric(service, "sidecar_debug_results_events_total",
+                  {"reason": "RecordingFailed", "outcome": "posted"}) >= 1
 
 
 def test_a_pushed_run_is_exported_to_pyroscope_and_parca(lite_cluster: Cluster, service: Service,
