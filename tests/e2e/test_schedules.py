@@ -225,3 +225,86 @@ def test_a_schedule_runs_with_the_charts_defaults_and_no_exec_right(
         for opener in opened:
             opener.close()
         upgrade_release(full_cluster, chart_release, check=False)
+
+
+def test_a_recording_that_fails_at_run_time_reaches_the_owner_and_stops_after_three(
+        full_cluster: Cluster, chart_release: str, make_namespace: MakeNamespace,
+        node_sample: str, local_volume: str, tmp_path: Path) -> None:
+    """Issue 23 item 7: a batch pod whose app has finished (restartPolicy OnFailure: it is not
+    started again) while its toolset lives on. Its perf schedule fails in the toolset at run
+    time, no app process to record (`no-target`). The owner sees each failure as a failed run
+    on the results page and the first as a RecordingFailed Event on the pod (one per hour);
+    the third suspends the recording for this pod, says so in a RecordingSuspended Event, and
+    the toolset is not asked again."""
+    upgrade_release(full_cluster, chart_release, "--set", "results.enabled=true")
+    opened: list[Opened] = []
+    try:
+        namespace = make_namespace("batch", {"debug": "enabled"})
+        manifest = node_pod("batch", namespace, "batch", node_sample)
+        manifest["spec"]["restartPolicy"] = "OnFailure"
+        manifest["spec"]["containers"][0]["command"] = ["node", "-e", "setTimeout(() => 0, 500)"]
+        apply(full_cluster, manifest)
+
+        def finished() -> dict[str, Any] | None:
+            pod = full_cluster.kubectl_json("get", "pod", "batch", "-n", namespace)
+            states = {s["name"]: s.get("state", {})
+                      for s in pod.get("status", {}).get("containerStatuses", [])}
+            done = states.get("app", {}).get("terminated", {}).get("exitCode") == 0
+            return pod if done and "running" in states.get("debug-toolset", {}) and \
+                pod["status"].get("phase") == "Running" else None
+
+        pod = wait_until(finished, 180, "the app finished, its toolset running", interval=2)
+        uid = pod["metadata"]["uid"]
+        full_cluster.kubectl("annotate", "pod", "batch", "-n", namespace,
+                             "sidecar-debug.io/schedule="
+                             + json.dumps({"cron": "* * * * *", "duration": "2s"}))
+        admin = Opened(full_cluster, "admin", tmp_path)
+        opened.append(admin)
+
+        def failed_runs() -> list[dict[str, Any]]:
+            status, body = admin.get("/api/runs")
+            return [r for r in json.loads(body) if r["namespace"] == namespace] \
+                if status == 200 else []
+
+        started = time.monotonic()
+        try:
+            wait_until(lambda: len(failed_runs()) >= 3 or None, 330, "three failed runs",
+                       interval=5)
+        finally:
+            for what, where in (([f"deployment/{chart_release}-results"], RELEASE_NAMESPACE),
+                                (["batch", "-c", "debug-toolset"], namespace)):
+                logs = full_cluster.kubectl("logs", "-n", where, *what, check=False)
+                print(f"\n--- logs {' '.join(what)} ---\n{(logs.stdout + logs.stderr)[-4000:]}")
+        print(f"\nannotation to the third failed run: {time.monotonic() - started:.0f} s")
+        runs = failed_runs()
+        assert len(runs) == 3, runs
+        for run in runs:
+            assert (run["pod"], run["technique"], run["outcome"], run["reason"]) == (
+                "batch", "perf", "failed", "no-target"), run
+            assert "no app process found" in run["message"], run
+        status, page = admin.get("/")
+        assert status == 200 and page.count('class="run failed"') == 3
+
+        suspended = wait_until(lambda: events(full_cluster, namespace, "RecordingSuspended"),
+                               60, "the RecordingSuspended Event")
+        failed = events(full_cluster, namespace, "RecordingFailed")
+        print(json.dumps([(e["reason"], e["message"]) for e in failed + suspended], indent=1))
+        assert len(failed) == 1 and len(suspended) == 1  # one per schedule and reason per hour
+        for event in failed + suspended:
+            assert event["involvedObject"]["uid"] == uid and event["type"] == "Warning"
+            assert event["source"]["component"] == "sidecar-debug-results"
+        assert "failed (no-target)" in failed[0]["message"]
+        assert "suspended after 3 failures (no-target" in suspended[0]["message"]
+
+        time.sleep(80)  # a cron minute and more than one poll later: not asked again
+        assert len(failed_runs()) == 3
+        toolset_log = full_cluster.kubectl("logs", "-n", namespace, "batch", "-c",
+                                           "debug-toolset").stdout
+        assert toolset_log.count("recording perf for 2 s") == 3, toolset_log
+        logs = full_cluster.kubectl("logs", "-n", RELEASE_NAMESPACE,
+                                    f"deployment/{chart_release}-results").stdout
+        assert "suspended after 3 failures (no-target)" in logs and "Traceback" not in logs
+    finally:
+        for opener in opened:
+            opener.close()
+        upgrade_release(full_cluster, chart_release, check=False)
