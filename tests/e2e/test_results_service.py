@@ -394,6 +394,15 @@ def metric(service: Service, name: str, labels: dict[str, str]) -> float:
     return 0.0
 
 
+def gauge(service: Service, name: str) -> float:
+    """A metric without labels."""
+    with urllib.request.urlopen(service.metrics + "/metrics", timeout=5) as answer:  # noqa: S310
+        for line in answer.read().decode().splitlines():
+            if line.startswith(f"{name} "):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def test_the_agent_loop_pushes_a_failed_recording_with_its_reason(
         lite_cluster: Cluster, service: Service, agent: ModuleType, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -457,3 +466,44 @@ def test_a_pushed_run_is_exported_to_pyroscope_and_parca(lite_cluster: Cluster, 
             for sample in family.samples if sample.name == "sidecar_debug_exports_total"
             and sample.labels["outcome"] == "sent" and sample.value >= 1}
     assert sent == {"pyroscope", "parca"}, text
+
+
+def test_a_pods_token_is_reviewed_once_and_forgotten_with_its_pod(
+        lite_cluster: Cluster, service: Service, agent: ModuleType, tmp_path: Path) -> None:
+    """Issue 25: a toolset polling every 20 s costs one TokenReview per token, not per poll;
+    the service's pod watch drops the identity when the pod goes, and a new pod of the same
+    name is a new caller that has to be reviewed on its own token."""
+    namespace = new_namespace(lite_cluster, "tokens")
+    pod = create(lite_cluster, toolset_pod(service, "web", namespace, schedule=None))
+    token = token_request(lite_cluster, namespace, "default", audience=AUDIENCE, pod=pod)
+    as_pod = client(agent, service, token, tmp_path)
+    wait_until(lambda: as_pod.call("GET", "/agent/v1/plan")[0] == 200, 30,
+               "the service to see the pod")
+    reviews = metric(service, "sidecar_debug_results_token_reviews_total", {"caller": "agent"})
+    for _ in range(15):
+        status, answer = as_pod.call("GET", "/agent/v1/plan")
+        assert status == 200, answer
+    assert metric(service, "sidecar_debug_results_token_reviews_total",
+                  {"caller": "agent"}) == reviews
+
+    held = gauge(service, "sidecar_debug_results_agent_identities")
+    assert held >= 1
+    lite_cluster.kubectl("delete", "pod", "web", "-n", namespace, "--wait=false",
+                         "--grace-period=0", "--force")
+    # The watch saw the pod go: its reviewed token is dropped from memory at once.
+    wait_until(lambda: gauge(service, "sidecar_debug_results_agent_identities") == held - 1,
+               30, "the deleted pod's identity dropped")
+    # The old token speaks for no pod any more.
+    status, answer = as_pod.call("GET", "/agent/v1/plan")
+    assert status in (401, 403), answer
+    again = create(lite_cluster, toolset_pod(service, "web", namespace, schedule=None))
+    assert again["metadata"]["uid"] != pod["metadata"]["uid"]
+    status, answer = as_pod.call("GET", "/agent/v1/plan")
+    assert status in (401, 403), answer  # the old pod's token gets nothing of the new pod
+    new_token = token_request(lite_cluster, namespace, "default", audience=AUDIENCE, pod=again)
+    as_new = client(agent, service, new_token, tmp_path)
+    before = metric(service, "sidecar_debug_results_token_reviews_total", {"caller": "agent"})
+    wait_until(lambda: as_new.call("GET", "/agent/v1/plan")[0] == 200, 30,
+               "the new pod's own token accepted")
+    assert metric(service, "sidecar_debug_results_token_reviews_total",
+                  {"caller": "agent"}) > before

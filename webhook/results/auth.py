@@ -16,24 +16,46 @@ asks the apiserver; it never lends its own rights).
   `debugresults.sidecar-debug.io` in that namespace (chart: the `<fullname>-results-reader`
   ClusterRole, aggregated into `view` unless results.readers.aggregateToView is false).
 
-Answers are cached for a few seconds, keyed by a hash of the token (never the token itself).
+Answers are cached, keyed by a hash of the token (never the token itself). A reader's review
+and access checks for a few seconds. An agent's identity for as long as it can hold: its token
+is valid until its `exp` and speaks only for its pod, so the review is reused until the token
+expires (at most AGENT_CACHE_SECONDS) and dropped the moment the service sees the pod deleted
+(`forget_pod`, from the pod watch). Each use is still checked against the pod the service
+watches (`Service.agent_pod`: same uid, same service account), so a new pod reusing the name
+never inherits the old identity. At the agent's 20 s poll this turns one TokenReview per poll
+into one per token rotation (the kubelet renews at 80 % of `expirationSeconds`, 1 h by default).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
-from collections.abc import Mapping
+import json
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from webhook import constants
 from webhook.errors import Refused
 from webhook.kube.access import AccessCheck, ClusterAPIError, KubernetesClusterAPI, TTLCache
+from webhook.results import metrics
 
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 POD_HEADER = "X-Sidecar-Debug-Pod"
 CALL_TIMEOUT = 5.0
 MAX_TOKEN_BYTES = 16 * 1024
+# An agent's review is reused at most this long, and never past the token's own expiry.
+AGENT_CACHE_SECONDS = 3600.0
+# Room for every toolset of a large cluster (each holds one token, two across a rotation); the
+# oldest entry goes first beyond it, never the whole cache at once.
+AGENT_CACHE_ENTRIES = 65536
+# Stop reusing a review this long before the token's `exp`, so clocks a little apart never let
+# an expired token through.
+EXPIRY_MARGIN_SECONDS = 30.0
 
 
 class AuthError(Refused):
@@ -124,12 +146,91 @@ def _key(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def token_expiry(token: str) -> float | None:
+    """The `exp` claim (Unix seconds) of a JWT, read without checking the signature: only used
+    to bound how long the apiserver's verdict on that very token is reused, after the apiserver
+    has accepted it (a forged `exp` would have failed the review). None when there is none."""
+    parts = token.split(".")
+    if len(parts) != 3 or len(parts[1]) > 8192:
+        return None
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, binascii.Error, RecursionError):
+        return None
+    exp = payload.get("exp") if isinstance(payload, dict) else None
+    return float(exp) if isinstance(exp, int) and not isinstance(exp, bool) else None
+
+
+class AgentCache:
+    """Agents' identities by token hash, each until its deadline (monotonic), and by pod uid so
+    a deleted pod's entries go at once. Bounded: the oldest entry goes first."""
+
+    def __init__(self, max_entries: int = AGENT_CACHE_ENTRIES,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_entries = max_entries
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, tuple[float, AgentIdentity]] = OrderedDict()
+        self._by_uid: dict[str, set[str]] = {}
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def get(self, key: str) -> AgentIdentity | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            if self.clock() >= entry[0]:
+                self._drop(key)
+                return None
+            return entry[1]
+
+    def put(self, key: str, identity: AgentIdentity, seconds: float) -> None:
+        if seconds <= 0 or identity.pod_uid is None:
+            return
+        with self._lock:
+            self._drop(key)
+            while len(self._entries) >= self.max_entries:
+                self._drop(next(iter(self._entries)))
+            self._entries[key] = (self.clock() + seconds, identity)
+            self._by_uid.setdefault(identity.pod_uid, set()).add(key)
+
+    def forget_pod(self, uid: str) -> int:
+        """Drop every identity bound to the pod `uid`; how many there were."""
+        with self._lock:
+            keys = self._by_uid.pop(uid, set())
+            for key in keys:
+                self._entries.pop(key, None)
+            return len(keys)
+
+    def _drop(self, key: str) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None and entry[1].pod_uid is not None:
+            keys = self._by_uid.get(entry[1].pod_uid)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_uid[entry[1].pod_uid]
+
+
 class Authenticator:
-    def __init__(self, reviewer: Reviewer, audience: str, cache_seconds: float = 10.0) -> None:
+    def __init__(self, reviewer: Reviewer, audience: str, cache_seconds: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self.reviewer = reviewer
         self.audience = audience
-        self._tokens = TTLCache(cache_seconds)
-        self._access = TTLCache(cache_seconds)
+        self.wall_clock = wall_clock
+        self._tokens = TTLCache(cache_seconds, clock=clock)
+        self._access = TTLCache(cache_seconds, clock=clock)
+        self.agents = AgentCache(clock=clock)
+
+    def forget_pod(self, uid: str) -> int:
+        """The pod `uid` is gone: none of its tokens' reviews is reused any more."""
+        forgotten = self.agents.forget_pod(uid)
+        metrics.AGENT_IDENTITIES.set(len(self.agents))
+        return forgotten
 
     def _review(self, token: str, audiences: tuple[str, ...]) -> User:
         key = (_key(token), audiences)
@@ -139,6 +240,7 @@ class Authenticator:
                 raise AuthError(401, "the token was not accepted by the Kubernetes API")
             user: User = cached
             return user
+        metrics.TOKEN_REVIEWS.labels(caller="agent" if audiences else "reader").inc()
         try:
             status = self.reviewer.token_review(token, audiences, CALL_TIMEOUT)
         except ClusterAPIError as error:
@@ -179,7 +281,25 @@ class Authenticator:
     # --- agents ---------------------------------------------------------------------------
 
     def agent(self, header: str | None, claimed_pod: str | None) -> AgentIdentity:
-        user = self._review(bearer_token(header), (self.audience,))
+        token = bearer_token(header)
+        key = _key(token)
+        cached = self.agents.get(key)
+        if cached is not None:
+            if claimed_pod and claimed_pod != cached.pod:
+                raise AuthError(403, f"the token is bound to pod {cached.namespace}/"
+                                f"{cached.pod}, not {claimed_pod}")
+            return cached
+        identity = self._agent(token, claimed_pod)
+        expiry = token_expiry(token)
+        if expiry is not None:
+            seconds = min(AGENT_CACHE_SECONDS,
+                          expiry - EXPIRY_MARGIN_SECONDS - self.wall_clock())
+            self.agents.put(key, identity, seconds)
+            metrics.AGENT_IDENTITIES.set(len(self.agents))
+        return identity
+
+    def _agent(self, token: str, claimed_pod: str | None) -> AgentIdentity:
+        user = self._review(token, (self.audience,))
         if not user.name.startswith(SERVICE_ACCOUNT_PREFIX):
             raise AuthError(403, f"{user.name} is not a service account: only a toolset's "
                             "projected token may push runs")

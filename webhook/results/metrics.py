@@ -61,3 +61,15 @@ MIRROR_SYNCS = Counter(
     ["resource"],
     registry=REGISTRY,
 )
+TOKEN_REVIEWS = Counter(
+    "sidecar_debug_results_token_reviews",
+    "TokenReviews sent to the apiserver, by caller (agent, reader): an agent's review is "
+    "reused until its token expires or its pod is deleted.",
+    ["caller"],
+    registry=REGISTRY,
+)
+AGENT_IDENTITIES = Gauge(
+    "sidecar_debug_results_agent_identities",
+    "Agents' reviewed tokens held in memory (one per toolset, two across a token rotation).",
+    registry=REGISTRY,
+)

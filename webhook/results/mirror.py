@@ -65,6 +65,11 @@ def slim(obj: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _uid(obj: Mapping[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    return str(metadata.get("uid") or "") if isinstance(metadata, dict) else ""
+
+
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     metadata = obj.get("metadata") or {}
     return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
@@ -83,6 +88,9 @@ class Mirror:
         self.ready = threading.Event()
         self.stopped = threading.Event()
         self.version = ""
+        # Called with each object the watch saw deleted, or a list found gone (outside the lock):
+        # the service drops what it cached about that pod.
+        self.on_deleted: list[Callable[[dict[str, Any]], object]] = []
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -109,10 +117,22 @@ class Mirror:
             if isinstance(obj, dict):
                 items[_key(obj)] = slim(obj)
         with self.lock:
+            gone = [obj for key, obj in self.items.items() if key not in items
+                    or _uid(items[key]) != _uid(obj)]
             self.items = items
             self.version = str((document.get("metadata") or {}).get("resourceVersion") or "")
         metrics.MIRROR_SYNCS.labels(resource=self.resource).inc()
+        self._deleted(gone)
         self.ready.set()
+
+    def _deleted(self, objects: list[dict[str, Any]]) -> None:
+        for obj in objects:
+            for listener in self.on_deleted:
+                try:
+                    listener(obj)
+                except Exception as error:  # noqa: BLE001 - one listener never stops the watch
+                    log.error("a listener on deleted %s failed: %s: %s", self.resource,
+                              type(error).__name__, error)
 
     def _apply(self, event: Mapping[str, Any]) -> bool:
         """One watch event; False when the watch must start again from a list."""
@@ -124,13 +144,20 @@ class Mirror:
             log.info("watch of %s ended: %s", self.resource, obj.get("message") or obj)
             return False
         version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        gone: list[dict[str, Any]] = []
         with self.lock:
             if kind in ("ADDED", "MODIFIED"):
-                self.items[_key(obj)] = slim(obj)
+                kept = slim(obj)
+                replaced = self.items.get(_key(obj))
+                if replaced is not None and _uid(replaced) != _uid(kept):
+                    gone.append(replaced)  # a DELETED this watch did not see
+                self.items[_key(obj)] = kept
             elif kind == "DELETED":
-                self.items.pop(_key(obj), None)
+                removed = self.items.pop(_key(obj), None)
+                gone.append(removed if removed is not None else slim(obj))
             if version:
                 self.version = version
+        self._deleted(gone)
         return True
 
     def _watch(self) -> bool:

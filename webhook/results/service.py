@@ -158,6 +158,8 @@ class Service:
         self.clock = clock
         self.write_lock = threading.Lock()
         self.stopped = threading.Event()
+        # A deleted pod's cached token reviews go with it (a new pod of that name has its own).
+        self.pods.on_deleted.append(lambda pod: self.auth.forget_pod(plans.uid_of(pod)))
 
     # --- who is asking ------------------------------------------------------------------------
 
