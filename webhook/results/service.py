@@ -137,6 +137,25 @@ def clean_meta(raw: Any) -> dict[str, Any]:
     return kept
 
 
+def app_identity(pod: Mapping[str, Any], toolset: str) -> dict[str, str]:
+    """What exports name the app by (OpenTelemetry's service.name and k8s.container.name): the
+    pod's `app.kubernetes.io/name` or `app` label, and its one app container (none when the
+    pod has several: a run records them all)."""
+    found: dict[str, str] = {}
+    labels = plans.labels_of(pod)
+    service_name = labels.get("app.kubernetes.io/name") or labels.get("app")
+    if service_name:
+        found["serviceName"] = service_name[:200]
+    spec = pod.get("spec")
+    containers = spec.get("containers") if isinstance(spec, dict) else None
+    names = [c.get("name") for c in containers or [] if isinstance(c, dict)] \
+        if isinstance(containers, list) else []
+    apps = [n for n in names if isinstance(n, str) and n != toolset]
+    if len(apps) == 1:
+        found["appContainer"] = apps[0][:200]
+    return found
+
+
 def _one_line(text: Any, limit: int = 300) -> str:
     return " ".join(str(text).split())[:limit] if isinstance(text, str) else ""
 
@@ -213,12 +232,14 @@ class Service:
             return {"recorded": "failure", "reason": reason}, 200
         stacks = self._stacks(body, ticket)
         recording = clean_meta(body.get("meta"))
+        toolset = plans.toolset_of(pod, self.planner.settings) or plans.Toolset(
+            "", "", frozenset(), False)
         meta = {**{k: v for k, v in recording.items() if k not in ("seconds", "frequency")},
                 "duration": ticket.duration, "frequency": ticket.frequency,
                 "schedule": ticket.schedule, "cron": ticket.cron, "due": ticket.due.isoformat(),
-                "container": (plans.toolset_of(pod, self.planner.settings) or plans.Toolset(
-                    "", "", frozenset(), False)).container,
-                "trigger": "schedule", "summary": _one_line(body.get("summary"), 4096)}
+                "container": toolset.container,
+                "trigger": "schedule", "summary": _one_line(body.get("summary"), 4096),
+                **app_identity(pod, toolset.container)}
         try:
             with self.write_lock:
                 run = self.store.save(ticket.namespace, ticket.pod, ticket.technique, stacks,
