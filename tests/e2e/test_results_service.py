@@ -22,6 +22,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -119,14 +120,15 @@ def sinks() -> Iterator[dict[str, FakeSink]]:
         yield {"pyroscope": pyroscope, "parca": parca}
 
 
-@pytest.fixture(scope="module")
-def service(lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory,
-            sinks: dict[str, FakeSink]) -> Iterator[Service]:
-    work = tmp_path_factory.mktemp("results-service")
-    lite_cluster.kubectl("create", "namespace", SYSTEM, check=False)
-    chart_rbac(lite_cluster)
-    wait_for_account(lite_cluster, SYSTEM, SA)
-    kubeconfig = kubeconfig_with_token(lite_cluster, token_request(lite_cluster, SYSTEM, SA),
+@contextmanager
+def running_service(cluster: Cluster, work: Path, env: dict[str, str] | None = None,
+                    args: tuple[str, ...] = ()) -> Iterator[tuple[Service, int]]:
+    """`sidecar-debug results service` as a host process with the chart's ServiceAccount and
+    RBAC, TLS for 127.0.0.1, the webhook settings in `work`/config.yaml: (Service, its PID)."""
+    cluster.kubectl("create", "namespace", SYSTEM, check=False)
+    chart_rbac(cluster)
+    wait_for_account(cluster, SYSTEM, SA)
+    kubeconfig = kubeconfig_with_token(cluster, token_request(cluster, SYSTEM, SA),
                                        work / "sa.kubeconfig")
     ca = pki.generate_ca()
     files = write_bundle(work / "tls", ca, pki.generate_serving(ca, ["127.0.0.1", "localhost"]))
@@ -143,11 +145,9 @@ def service(lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory,
              "--dir", str(store), "--audience", AUDIENCE, "--config", str(work / "config.yaml"),
              "--tls-cert-file", str(files["tls.crt"]), "--tls-key-file", str(files["tls.key"]),
              "--host", "127.0.0.1", "--port", str(port), "--local-port", str(local),
-             "--metrics-port", str(metrics), "--kubeconfig", str(kubeconfig)],
+             "--metrics-port", str(metrics), "--kubeconfig", str(kubeconfig), *args],
             stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**{k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
-                 "SIDECAR_DEBUG_EXPORT": json.dumps({kind: {"url": sink.url}
-                                                     for kind, sink in sinks.items()})})
+            env={**{k: v for k, v in os.environ.items() if k != "KUBECONFIG"}, **(env or {})})
     try:
         def ready() -> bool:
             assert process.poll() is None, log.read_text()
@@ -159,14 +159,27 @@ def service(lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory,
         yield Service(f"https://127.0.0.1:{port}", f"http://127.0.0.1:{local}",
                       files["ca.crt"].read_text(), log, store,
                       load_settings(str(work / "config.yaml"), environ={}),
-                      f"http://127.0.0.1:{metrics}", sinks)
+                      f"http://127.0.0.1:{metrics}", {}), process.pid
     finally:
         process.terminate()
         try:
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             process.kill()
-        print("\n--- results service log ---\n" + log.read_text()[-6000:])
+
+
+@pytest.fixture(scope="module")
+def service(lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory,
+            sinks: dict[str, FakeSink]) -> Iterator[Service]:
+    work = tmp_path_factory.mktemp("results-service")
+    export = {"SIDECAR_DEBUG_EXPORT": json.dumps({kind: {"url": sink.url}
+                                                  for kind, sink in sinks.items()})}
+    with running_service(lite_cluster, work, export) as (started, _):
+        started.sinks.update(sinks)
+        try:
+            yield started
+        finally:
+            print("\n--- results service log ---\n" + started.log.read_text()[-6000:])
 
 
 @pytest.fixture(scope="module")

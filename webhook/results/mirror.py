@@ -85,6 +85,9 @@ class Mirror:
         self.lister = lister
         self.lock = threading.Lock()
         self.items: dict[tuple[str, str], dict[str, Any]] = {}
+        # The same objects by namespace: a plan reads its namespace's pods, and scanning every
+        # pod of the cluster per plan would make the fleet's cost grow as N squared.
+        self.by_namespace: dict[str, dict[str, dict[str, Any]]] = {}
         self.ready = threading.Event()
         self.stopped = threading.Event()
         self.version = ""
@@ -100,7 +103,7 @@ class Mirror:
 
     def in_namespace(self, namespace: str) -> list[dict[str, Any]]:
         with self.lock:
-            return [obj for (ns, _), obj in self.items.items() if ns == namespace]
+            return list(self.by_namespace.get(namespace, {}).values())
 
     def all(self) -> list[dict[str, Any]]:
         with self.lock:
@@ -120,6 +123,9 @@ class Mirror:
             gone = [obj for key, obj in self.items.items() if key not in items
                     or _uid(items[key]) != _uid(obj)]
             self.items = items
+            self.by_namespace = {}
+            for (namespace, name), obj in items.items():
+                self.by_namespace.setdefault(namespace, {})[name] = obj
             self.version = str((document.get("metadata") or {}).get("resourceVersion") or "")
         metrics.MIRROR_SYNCS.labels(resource=self.resource).inc()
         self._deleted(gone)
@@ -152,8 +158,15 @@ class Mirror:
                 if replaced is not None and _uid(replaced) != _uid(kept):
                     gone.append(replaced)  # a DELETED this watch did not see
                 self.items[_key(obj)] = kept
+                self.by_namespace.setdefault(_key(obj)[0], {})[_key(obj)[1]] = kept
             elif kind == "DELETED":
                 removed = self.items.pop(_key(obj), None)
+                namespace, name = _key(obj)
+                in_namespace = self.by_namespace.get(namespace)
+                if in_namespace is not None:
+                    in_namespace.pop(name, None)
+                    if not in_namespace:
+                        del self.by_namespace[namespace]
                 gone.append(removed if removed is not None else slim(obj))
             if version:
                 self.version = version

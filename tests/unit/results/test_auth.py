@@ -208,3 +208,18 @@ def test_hostile_token_payloads_have_no_expiry() -> None:
     assert token_expiry("a.!!!.c") is None
     assert token_expiry(jwt(b"[" * 5000)) is None
     assert token_expiry(jwt(b"\xff\xfe")) is None
+
+
+def test_a_namespaces_pods_are_read_without_scanning_the_cluster() -> None:
+    mirror = Mirror("pods", listing(pod("a", "uid-a", "1"), pod("b", "uid-b", "1")))
+    mirror._list()
+    other = {"metadata": {"name": "a", "namespace": "web", "uid": "uid-w"}}
+    mirror._apply({"type": "ADDED", "object": other})
+    assert sorted(p["metadata"]["name"] for p in mirror.in_namespace("shop")) == ["a", "b"]
+    assert [p["metadata"]["uid"] for p in mirror.in_namespace("web")] == ["uid-w"]
+    mirror._apply({"type": "DELETED", "object": other})
+    mirror._apply({"type": "MODIFIED", "object": pod("b", "uid-b", "2")})
+    assert mirror.in_namespace("web") == [] and "web" not in mirror.by_namespace
+    assert [p["metadata"]["resourceVersion"] for p in mirror.in_namespace("shop")
+            if p["metadata"]["name"] == "b"] == ["2"]
+    assert mirror.in_namespace("nowhere") == []
