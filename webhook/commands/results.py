@@ -79,13 +79,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     service.set_defaults(func=_service)
 
     opener = commands.add_parser(
-        "open", help="open the cluster's results page as yourself (port-forward + your token)",
+        "open", help="open the cluster's results page as yourself (port-forward + a token)",
         description="Port-forward to the results service's pod with your own rights "
-        "(pods/portforward in its namespace) and serve the page on 127.0.0.1, adding your "
-        "kubeconfig's bearer token to each request: you see the namespaces RBAC lets you read "
-        "(get debugresults.sidecar-debug.io). A kubeconfig that authenticates with a client "
-        "certificate has no token to send: pass --token (e.g. a ServiceAccount token), "
-        "see docs/schedules.md.")
+        "(pods/portforward in its namespace) and serve the page on 127.0.0.1, adding a bearer "
+        "token to each request: you see the namespaces RBAC lets you read (get "
+        "debugresults.sidecar-debug.io). Where the kubeconfig's identity is a service account "
+        "(or with --service-account), the token is a TokenRequest bound to the service's "
+        "readers' audience, useless elsewhere; otherwise the kubeconfig's own token is sent, "
+        "with a warning (--require-bound-token refuses instead). See docs/schedules.md.")
     opener.add_argument("-n", "--namespace", default=constants.PRODUCT,
                         help=f"the release's namespace (default {constants.PRODUCT})")
     opener.add_argument("--release", default=constants.PRODUCT,
@@ -94,7 +95,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="local port on 127.0.0.1 (default 8080; 0: any)")
     opener.add_argument("--remote-port", type=int, default=8081,
                         help="the service's port-forward port (default 8081)")
-    opener.add_argument("--token", help="bearer token to send instead of the kubeconfig's")
+    opener.add_argument("--token", help="bearer token to send, as it is, instead of one "
+                        "chosen from the kubeconfig")
+    opener.add_argument("--service-account", metavar="NAMESPACE/NAME",
+                        help="read as this service account, with tokens bound to the results "
+                        "service (needs create on its serviceaccounts/token)")
+    opener.add_argument("--require-bound-token", action="store_true",
+                        help="refuse rather than send the kubeconfig's own token when no "
+                        "audience-bound token can be had")
     opener.add_argument("--kubeconfig", help="kubeconfig file")
     opener.add_argument("--context", help="kubeconfig context")
     opener.set_defaults(func=_open)

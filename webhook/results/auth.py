@@ -10,11 +10,18 @@ asks the apiserver; it never lends its own rights).
   caller; where it does not, the caller is the namespace and service account, and the pod it
   names (`X-Sidecar-Debug-Pod`) must run as that service account (documented as the weaker
   case: pods sharing a service account could push for each other).
-- A **reader** sends their own bearer token (`sidecar-debug results open` takes it from the
-  kubeconfig). The TokenReview uses the apiserver's own audiences, as kubectl's token would be
-  checked. A namespace's runs are shown when a SubjectAccessReview allows the reader `get` on
-  `debugresults.sidecar-debug.io` in that namespace (chart: the `<fullname>-results-reader`
-  ClusterRole, aggregated into `view` unless results.readers.aggregateToView is false).
+- A **reader** sends a token for their own identity. Preferably one bound to the service's
+  readers' audience (`<audience>/readers`, reader_audience): `sidecar-debug results open` asks
+  the apiserver for one (TokenRequest) where the kubeconfig's identity is a service account
+  that may request its own token, so the token is useless against the apiserver and against
+  this service's agent routes. Such a token (its `aud` claim names that audience) is reviewed
+  with that audience. Any other bearer token (the kubeconfig's own: OIDC, a static or legacy
+  service account token) is reviewed with the apiserver's own audiences, as kubectl's would
+  be; it is a credential the apiserver accepts, which this service then holds in memory for
+  the request (docs/schedules.md says so). A namespace's runs are shown when a
+  SubjectAccessReview allows the reader `get` on `debugresults.sidecar-debug.io` in that
+  namespace (chart: the `<fullname>-results-reader` ClusterRole, aggregated into `view` unless
+  results.readers.aggregateToView is false).
 
 Answers are cached, keyed by a hash of the token (never the token itself). A reader's review
 and access checks for a few seconds. An agent's identity for as long as it can hold: its token
@@ -24,6 +31,8 @@ expires (at most AGENT_CACHE_SECONDS) and dropped the moment the service sees th
 watches (`Service.agent_pod`: same uid, same service account), so a new pod reusing the name
 never inherits the old identity. At the agent's 20 s poll this turns one TokenReview per poll
 into one per token rotation (the kubelet renews at 80 % of `expirationSeconds`, 1 h by default).
+Tokens are never logged or stored: answers are cached for a few seconds, keyed by a hash of the
+token (never the token itself), and no error message quotes one.
 """
 
 from __future__ import annotations
@@ -56,6 +65,38 @@ AGENT_CACHE_ENTRIES = 65536
 # Stop reusing a review this long before the token's `exp`, so clocks a little apart never let
 # an expired token through.
 EXPIRY_MARGIN_SECONDS = 30.0
+# A reader's audience-bound token names the service's audience with this suffix: a different
+# audience from the agents', so a reader's token can never push runs.
+READER_AUDIENCE_SUFFIX = "/readers"
+
+
+def reader_audience(audience: str) -> str:
+    """The audience of readers' bound tokens for a service of agent audience `audience`."""
+    return audience + READER_AUDIENCE_SUFFIX
+
+
+def jwt_claims(token: str) -> dict[str, Any]:
+    """The claims of a JWT, NOT verified (only the apiserver verifies: TokenReview). Used to
+    choose what to ask it, never to decide anything; {} for anything that is not a JWT."""
+    parts = token.split(".")
+    if len(parts) != 3 or len(parts[1]) > MAX_TOKEN_BYTES:
+        return {}
+    try:
+        payload = base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))
+        claims = json.loads(payload)
+    except (binascii.Error, ValueError):
+        return {}
+    return claims if isinstance(claims, dict) else {}
+
+
+def token_audiences(token: str) -> tuple[str, ...]:
+    """The `aud` claim of a JWT (unverified, see jwt_claims)."""
+    audiences = jwt_claims(token).get("aud")
+    if isinstance(audiences, str):
+        return (audiences,)
+    if isinstance(audiences, list):
+        return tuple(a for a in audiences if isinstance(a, str))
+    return ()
 
 
 class AuthError(Refused):
@@ -258,8 +299,17 @@ class Authenticator:
 
     # --- readers --------------------------------------------------------------------------
 
+    @property
+    def reader_audience(self) -> str:
+        return reader_audience(self.audience)
+
     def reader(self, header: str | None) -> User:
-        return self._review(bearer_token(header), ())
+        """The reader a token speaks for: reviewed with the readers' audience when it claims
+        it (a token from `results open`'s TokenRequest), else with the apiserver's own."""
+        token = bearer_token(header)
+        if self.reader_audience in token_audiences(token):
+            return self._review(token, (self.reader_audience,))
+        return self._review(token, ())
 
     def can_read(self, user: User, namespace: str) -> bool:
         key = (user.name, user.uid, user.groups, user.extra, namespace)
