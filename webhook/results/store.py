@@ -184,6 +184,24 @@ class Store:
                 namespace_dir.rmdir()
         return removed
 
+    @staticmethod
+    def remove(run: Run) -> None:
+        """Remove one run (the quota's oldest first); its empty pod directory goes too."""
+        shutil.rmtree(run.path, ignore_errors=True)
+        try:
+            run.path.parent.rmdir()
+        except OSError:
+            pass  # other runs of the pod are left
+
+    @staticmethod
+    def run_bytes(run: Run) -> int:
+        """Bytes the run's files take (0 when it is gone meanwhile)."""
+        try:
+            return sum(entry.stat().st_size for entry in run.path.iterdir()
+                       if entry.is_file() and not entry.is_symlink())
+        except OSError:
+            return 0
+
     # --- reading ----------------------------------------------------------------------------------
 
     @staticmethod
