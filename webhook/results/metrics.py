@@ -44,8 +44,8 @@ NAMESPACE_BYTES = Gauge(
 PUSHES_REFUSED = Counter(
     "sidecar_debug_results_pushes_refused",
     "Pushes refused before their ticket was read, by reason (busy: no push slot free in the "
-    "namespace or the service, 429; json-shape: a body of more JSON values than a run has, "
-    "413).",
+    "namespace or the service, 429; refused-often: the namespace's pushes were refused too "
+    "often within a minute, 429; json-shape: a body of more JSON values than a run has, 413).",
     ["reason"],
     registry=REGISTRY,
 )

@@ -30,16 +30,17 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from flask import Flask, Response, abort, g, request
+from werkzeug.exceptions import HTTPException
 
 from webhook import constants, jsonio
 from webhook.errors import Refused
 from webhook.policy.model import duration_seconds
 from webhook.results import folded, metrics
 from webhook.results.auth import POD_HEADER, AgentIdentity, Authenticator, AuthError
-from webhook.results.bpftrace import collapse_bpftrace
 from webhook.results.export import Exporters
 from webhook.results.mirror import Mirror
 from webhook.results.planner import Planner, Ticket
+from webhook.results.reader import Read, Readers
 from webhook.results.store import Run, Store, StoreError
 from webhook.results.web import create_app
 from webhook.schedules import plan as plans
@@ -62,6 +63,10 @@ CPU_MARGIN = 64
 PUSHES_PER_NAMESPACE = 1
 PUSHES_IN_FLIGHT = 3
 RETRY_AFTER_SECONDS = 5
+# A namespace whose pushes were refused this often within a minute (no ticket, too large,
+# wrong format...) waits for the minute to pass: its next pushes are answered 429 before their
+# body is read. An agent makes one push per ticket: this is far above what it needs.
+REFUSED_PUSHES_PER_MINUTE = 10
 # The storage quota of a namespace (chart: results.quotaPerNamespace): "25%" of the volume,
 # a size ("500Mi", "1G", bytes), or "0"/"" for none.
 DEFAULT_QUOTA = "25%"
@@ -143,15 +148,39 @@ class PushSlots:
     at once (the agent tries again after Retry-After), never queued on a thread."""
 
     def __init__(self, per_namespace: int = PUSHES_PER_NAMESPACE,
-                 total: int = PUSHES_IN_FLIGHT) -> None:
+                 total: int = PUSHES_IN_FLIGHT,
+                 refused_per_minute: int = REFUSED_PUSHES_PER_MINUTE,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.per_namespace = per_namespace
         self.total = total
+        self.refused_per_minute = refused_per_minute
+        self.clock = clock
         self.lock = threading.Lock()
         self.held: dict[str, int] = {}
+        self.refused: dict[str, list[float]] = {}
+
+    def refuse(self, namespace: str) -> None:
+        """Count a refused push of `namespace` (see REFUSED_PUSHES_PER_MINUTE)."""
+        with self.lock:
+            self.refused.setdefault(namespace, []).append(self.clock())
+
+    def _recently_refused(self, namespace: str) -> int:
+        since = self.clock() - 60
+        times = [t for t in self.refused.get(namespace, ()) if t > since]
+        if times:
+            self.refused[namespace] = times
+        else:
+            self.refused.pop(namespace, None)
+        return len(times)
 
     @contextmanager
     def hold(self, namespace: str) -> Iterator[None]:
         with self.lock:
+            if self._recently_refused(namespace) >= self.refused_per_minute:
+                metrics.PUSHES_REFUSED.labels(reason="refused-often").inc()
+                raise Refused(429, f"{self.refused_per_minute} pushes of namespace {namespace} "
+                              "were refused within the last minute (see their answers); push "
+                              "again in a minute")
             mine = self.held.get(namespace, 0)
             if mine >= self.per_namespace or sum(self.held.values()) >= self.total:
                 busy = f"namespace {namespace}" if mine >= self.per_namespace else \
@@ -231,6 +260,7 @@ class Service:
         self.store = Store(root)
         self.quota = quota  # bytes per namespace (quota_bytes()); None: no quota
         self.slots = PushSlots()
+        self.readers = Readers(self.slots.total)
         self.namespace_bytes: dict[str, int] = {}
         self.exporters = exporters  # results.export: sent on after storing, never waited for
         self.auth = auth
@@ -309,8 +339,10 @@ class Service:
                 "trigger": "schedule", "summary": _one_line(body.get("summary"), 4096)}
         try:
             with self.write_lock:
-                run = self.store.save(ticket.namespace, ticket.pod, ticket.technique, stacks,
-                                      started=ticket.issued, meta=meta)
+                run = self.store.save_text(ticket.namespace, ticket.pod, ticket.technique,
+                                           stacks.text, samples=stacks.samples,
+                                           hottest=stacks.hottest, started=ticket.issued,
+                                           meta=meta)
                 self._keep_quota(run)
         except (StoreError, OSError) as error:
             metrics.RUNS.labels(technique=ticket.technique, outcome="failed",
@@ -326,7 +358,7 @@ class Service:
             self.exporters.export(run)
         return {"run": run.id, "samples": run.samples}, 201
 
-    def _stacks(self, body: Mapping[str, Any], ticket: Ticket) -> dict[folded.Stack, int]:
+    def _stacks(self, body: Mapping[str, Any], ticket: Ticket) -> Read:
         """The push's stacks, read as its ticket's technique writes them (never as the body
         says), within the caps of one push; 400, 413 or 422 with the reason otherwise."""
         kind = "bpftrace" if ticket.technique == "bpftrace-profile" else "folded"
@@ -340,8 +372,7 @@ class Service:
         limits = folded.Limits(max_frame=MAX_FRAME_CHARS, max_stacks=MAX_STACKS,
                                max_samples=most, deadline=time.monotonic() + PARSE_SECONDS)
         try:
-            stacks = folded.parse(text, limits) if kind == "folded" else \
-                collapse_bpftrace(text, limits)
+            stacks = self.readers.read(kind, text, limits, PARSE_SECONDS)
         except folded.TooLarge as error:
             self._refuse(ticket, 413, "too-large", f"stacks refused: {error} (a push of "
                          f"{ticket.duration} s at {ticket.frequency} Hz may hold {most} "
@@ -354,12 +385,13 @@ class Service:
         except (ValueError, RecursionError) as error:  # nothing foreseen: still the pod's text
             self._refuse(ticket, 400, "bad-stacks", f"stacks: not {kind} stacks: "
                          f"{type(error).__name__}")
-        if not stacks:
+        if not stacks.samples:
             metrics.RUNS.labels(technique=ticket.technique, outcome="failed",
                                 reason="no-samples").inc()
             abort(422, description="no samples (was the app on CPU?)")
-        if self.quota is not None and len(text) > self.quota:
-            self._refuse(ticket, 413, "over-quota", f"a run of {len(text)} bytes is larger "
+        size = len(stacks.text.encode("utf-8"))
+        if self.quota is not None and size > self.quota:
+            self._refuse(ticket, 413, "over-quota", f"a run of {size} bytes is larger "
                          f"than the quota of namespace {ticket.namespace} ({self.quota} bytes)")
         return stacks
 
@@ -485,7 +517,11 @@ def create_service_app(service: Service) -> Flask:
             # body is read, and the body's JSON shape is bounded before it is decoded.
             identity, _ = service.agent_pod()
             with service.slots.hold(identity.namespace):
-                return service.push(read_push_body())
+                try:
+                    return service.push(read_push_body())
+                except (HTTPException, Refused):
+                    service.slots.refuse(identity.namespace)
+                    raise
 
         return answer(push)
 
