@@ -14,9 +14,11 @@ and the service waits at most a little longer; a worker that died is replaced.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import resource
+import signal
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -29,6 +31,7 @@ from webhook.results.bpftrace import collapse_bpftrace
 log = logging.getLogger(__name__)
 
 MAX_TASKS = 50
+_PR_SET_PDEATHSIG = 1
 MEMORY_BYTES = 1 << 30  # address space of one worker: a push over it fails alone (MemoryError)
 GRACE_SECONDS = 2.0  # beyond the push's own deadline: handing the text over and back
 
@@ -42,8 +45,15 @@ class Read:
     hottest: list[tuple[str, int]]
 
 
-def _limit_memory() -> None:
+def _start_worker() -> None:
+    """In each worker: its memory budget, and its end with the service's process (Linux's
+    parent-death signal), never an orphan."""
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # not Linux: the pool's own shutdown ends it
 
 
 def read(kind: str, text: str, limits: folded.Limits) -> Read:
@@ -72,7 +82,7 @@ class Readers:
                 # spawn: the serving process has threads, which a fork would copy mid-lock.
                 self.pool = ProcessPoolExecutor(
                     self.workers, mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_limit_memory, max_tasks_per_child=MAX_TASKS)
+                    initializer=_start_worker, max_tasks_per_child=MAX_TASKS)
             return self.pool
 
     def read(self, kind: str, text: str, limits: folded.Limits, budget: float) -> Read:
