@@ -92,8 +92,7 @@ def collapse_bpftrace(text: str, limits: folded.Limits = folded.NO_LIMITS
     (comm;user frames root first;kernel frames root first, kernel frames marked _[k]).
     Each entry is `@[` + the frames of each stack, elements separated by lines that start
     with `,` (`@[, ` when the kernel stack is empty), ending with `, comm]: count`."""
-    if not isinstance(text, str):
-        raise folded.FoldedError(f"expected text, got {type(text).__name__}")
+    folded.check_text(text)
     stacks: dict[folded.Stack, int] = {}
     samples = 0
     elements: list[list[str]] = []

@@ -104,13 +104,7 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
     """(line number, stripped line) of the lines that carry data. Lines end at `\n` only,
     as editors and `sed -n Np` count them (str.splitlines also splits at \x0b, \x1c, U+2028
     and others, which frame names may hold)."""
-    if not isinstance(text, str):
-        raise FoldedError(f"expected text, got {type(text).__name__}")
-    # JSON's "\ud800" decodes to a lone surrogate, which UTF-8 cannot store.
-    surrogate = None if text.isascii() else _SURROGATE.search(text)
-    if surrogate:
-        number = text.count("\n", 0, surrogate.start()) + 1
-        raise FoldedError(f"line {number}: a lone surrogate (U+D800 to U+DFFF) is not text")
+    check_text(text)
     for number, raw in enumerate(text.split("\n"), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -118,6 +112,17 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
         if len(line) > MAX_LINE:
             raise FoldedError(f"line {number}: longer than {MAX_LINE} characters")
         yield number, line
+
+
+def check_text(text: str) -> None:
+    """FoldedError unless `text` is a str that UTF-8 can store: JSON's "\ud800" decodes to a
+    lone surrogate, which it cannot."""
+    if not isinstance(text, str):
+        raise FoldedError(f"expected text, got {type(text).__name__}")
+    surrogate = None if text.isascii() else _SURROGATE.search(text)
+    if surrogate:
+        number = text.count("\n", 0, surrogate.start()) + 1
+        raise FoldedError(f"line {number}: a lone surrogate (U+D800 to U+DFFF) is not text")
 
 
 def _frames(stack: str, number: int) -> Stack:
