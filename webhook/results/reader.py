@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 MAX_TASKS = 50
 _PR_SET_PDEATHSIG = 1
-MEMORY_BYTES = 1 << 30  # address space of one worker: a push over it fails alone (MemoryError)
+MEMORY_BYTES = 512 << 20  # address space of one worker: a push over it fails alone (MemoryError)
 GRACE_SECONDS = 2.0  # beyond the push's own deadline: handing the text over and back
 
 

@@ -61,7 +61,7 @@ CPU_MARGIN = 64
 # Pushes in flight: one per namespace, at most PUSHES_IN_FLIGHT in all, so that pushes never
 # hold more than 3 of the service's 8 threads and plans and pages always have the others.
 PUSHES_PER_NAMESPACE = 1
-PUSHES_IN_FLIGHT = 3
+PUSHES_IN_FLIGHT = 2
 RETRY_AFTER_SECONDS = 5
 # A namespace whose pushes were refused this often within a minute (no ticket, too large,
 # wrong format...) waits for the minute to pass: its next pushes are answered 429 before their
