@@ -20,7 +20,7 @@ from bench.servers import ServerSpec
 from webhook.config import Settings
 
 SECTIONS = ("handler", "guard", "workers", "slow-clients", "scaling", "guard-core", "memory",
-            "e2e", "render", "flamegraph", "flamegraph-demo", "fleet")
+            "e2e", "render", "flamegraph", "flamegraph-demo", "fleet", "results-isolation")
 WORKER_CONFIGS = (
     "sync:2,gthread:2x4,balanced:1x4,balanced:2x1,balanced:2x2,balanced:2x4,balanced:2x8,"
     "balanced:3x4,balanced:4x2"
@@ -214,6 +214,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
             results["flamegraph-demo"] = flamegraph_demo.flamegraph_demo_speed(
                 rounds=args.flamegraph_rounds, log=_log)
+            save()
+        if "results-isolation" in sections:
+            from bench import results_isolation
+
+            _log("results-isolation: a calm namespace's plans and pages under hostile pushes")
+            results["results-isolation"] = results_isolation.measure()
+            _log(f"results-isolation: {results['results-isolation']['baseline']} alone, "
+                 f"{results['results-isolation']['attacked']} under attack")
             save()
         results["meta"]["stub_api_calls"] = stub_api.calls()
     results["json"] = str(save())

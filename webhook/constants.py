@@ -132,6 +132,9 @@ SCHEDULE_TECHNIQUE_NEEDS: Final = {TECHNIQUE_PERF: "perf", TECHNIQUE_BPFTRACE_PR
 # Retention of the stored results, read by the results service (chart: results.retention).
 ENV_RESULTS_KEEP: Final = "SIDECAR_DEBUG_RESULTS_KEEP"  # runs kept per pod
 ENV_RESULTS_MAX_AGE: Final = "SIDECAR_DEBUG_RESULTS_MAX_AGE"  # e.g. 30d
+# Bytes a namespace's runs may take (chart: results.quotaPerNamespace): "25%" of the volume,
+# a size ("500Mi"), or "0" for none; the oldest runs of the namespace go first.
+ENV_RESULTS_NAMESPACE_QUOTA: Final = "SIDECAR_DEBUG_RESULTS_NAMESPACE_QUOTA"
 
 # The results service (webhook.results.service): the toolset's results agent pulls its plan and
 # pushes its runs over HTTPS with a projected, audience-bound ServiceAccount token that the

@@ -263,10 +263,14 @@ def _aliases_problem(line: int, anchor: str, recursive: bool) -> Problem:
     )
 
 
-def scan(text: str, chunk: Chunk) -> str | None:
+def scan(text: str, chunk: Chunk, *, max_depth: int | None = None,
+         duplicates: bool = True) -> str | None:
     """The document's top-level `kind` (None when it has none); Problem on a syntax error, a
-    duplicate key, or aliases that expand it beyond ALIAS_NODE_BUDGET, with the input's line.
-    Builds no Python objects: its time is linear in the text, whatever the aliases expand to."""
+    duplicate key (unless `duplicates` is false: the caller reports them its own way),
+    collections nested deeper than `max_depth`, or aliases that expand it beyond
+    ALIAS_NODE_BUDGET, with the input's line. Builds no Python objects: its time is linear in
+    the text, whatever the aliases expand to (the budget of every YAML loader: offline inject,
+    `guard check`, policy files)."""
     # Each open collection: [is a mapping, expecting a key next, {key: its line}, nodes in it
     # (aliases expanded), its anchor].
     stack: list[list[Any]] = []
@@ -321,7 +325,7 @@ def scan(text: str, chunk: Chunk) -> str | None:
                     if cls is yaml.ScalarEvent and event.value != "<<":
                         identity = _key_identity(event)
                         first = parent[2].get(identity)
-                        if first is not None:
+                        if first is not None and duplicates:
                             raise Problem(
                                 chunk.input_line(event.start_mark.line),
                                 f"duplicate key {event.value!r} in a mapping (first at line "
@@ -334,6 +338,10 @@ def scan(text: str, chunk: Chunk) -> str | None:
                     parent[1] = True
                     if len(stack) == 1 and last_key == "kind" and cls is yaml.ScalarEvent:
                         kind = event.value
+            if max_depth is not None and len(stack) >= max_depth and (
+                    cls is yaml.MappingStartEvent or cls is yaml.SequenceStartEvent):
+                raise Problem(chunk.input_line(event.start_mark.line),
+                              f"lists and mappings nested more than {max_depth} deep")
             if cls is yaml.MappingStartEvent:
                 stack.append([True, True, {}, 1, event.anchor])
             elif cls is yaml.SequenceStartEvent:

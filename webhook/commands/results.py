@@ -229,7 +229,7 @@ def _service(args: argparse.Namespace) -> int:
     from webhook.results.export import Exporters
     from webhook.results.mirror import cluster_mirrors
     from webhook.results.planner import Planner
-    from webhook.results.service import Retention, Service, create_service_app
+    from webhook.results.service import Retention, Service, create_service_app, quota_bytes
     from webhook.server.results_server import serve_wsgi
 
     if _no_directory(args):
@@ -259,7 +259,9 @@ def _service(args: argparse.Namespace) -> int:
     service = Service(args.dir, Authenticator(reviewer, args.audience),
                       Planner(settings, gate, args.dir, max_concurrent=args.max_concurrent_runs),
                       pods, namespaces, Retention.from_environment(os.environ),
-                      exporters=exporters)
+                      exporters=exporters,
+                      quota=quota_bytes(os.environ.get(constants.ENV_RESULTS_NAMESPACE_QUOTA),
+                                        Path(args.dir)))
     app = create_service_app(service)
 
     def start(worker: object) -> None:

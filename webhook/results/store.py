@@ -113,6 +113,15 @@ class Store:
              meta: Mapping[str, Any] | None = None) -> Run:
         """Store one run; the folded stacks are written as given, the metadata completed with
         the names, start time, sample count and hottest functions."""
+        return self.save_text(namespace, pod, technique, folded.format_stacks(stacks),
+                              samples=folded.total(stacks), hottest=folded.hottest(stacks, 10),
+                              started=started, meta=meta)
+
+    def save_text(self, namespace: str, pod: str, technique: str, text: str, *, samples: int,
+                  hottest: list[tuple[str, int]], started: datetime,
+                  meta: Mapping[str, Any] | None = None) -> Run:
+        """save() of stacks already written as folded text (format_stacks's, with their
+        total and hottest functions: the results service reads pushes in another process)."""
         check_namespace(namespace)
         check_pod(pod)
         check_technique(technique)
@@ -125,13 +134,13 @@ class Store:
             "pod": pod,
             "technique": technique,
             "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "samples": folded.total(stacks),
-            "hottest": [[name, count] for name, count in folded.hottest(stacks, 10)],
+            "samples": samples,
+            "hottest": [[name, count] for name, count in hottest],
         })
         staging = pod_dir / f".incoming-{secrets.token_hex(6)}"
         staging.mkdir()
         try:
-            (staging / FOLDED_NAME).write_text(folded.format_stacks(stacks), encoding="utf-8")
+            (staging / FOLDED_NAME).write_text(text, encoding="utf-8")
             (staging / META_NAME).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n",
                                              encoding="utf-8")
             stamp = started.strftime(STAMP_FORMAT)
@@ -183,6 +192,24 @@ class Store:
             if not any(namespace_dir.iterdir()):
                 namespace_dir.rmdir()
         return removed
+
+    @staticmethod
+    def remove(run: Run) -> None:
+        """Remove one run (the quota's oldest first); its empty pod directory goes too."""
+        shutil.rmtree(run.path, ignore_errors=True)
+        try:
+            run.path.parent.rmdir()
+        except OSError:
+            pass  # other runs of the pod are left
+
+    @staticmethod
+    def run_bytes(run: Run) -> int:
+        """Bytes the run's files take (0 when it is gone meanwhile)."""
+        try:
+            return sum(entry.stat().st_size for entry in run.path.iterdir()
+                       if entry.is_file() and not entry.is_symlink())
+        except OSError:
+            return 0
 
     # --- reading ----------------------------------------------------------------------------------
 
