@@ -62,5 +62,6 @@ def test_a_differential_page(tmp_path: Path) -> None:
                  "-o", str(out)]) == 0
     data = page_data(out.read_text())
     assert data["differential"] is True and data["title"] == "a.folded -> b.folded"
-    assert drawn(data, "before") == {("main", "fib"): 40, ("main", "io"): 10, ("main", "json"): 0}
+    assert drawn(data, "before") == {("main", "fib"): 80, ("main", "io"): 20, ("main", "json"): 0}
+    assert data["scale"] == 0.5 and data["totals"] == [100, 50]
     assert drawn(data) == {("main", "fib"): 20, ("main", "io"): 0, ("main", "json"): 30}
