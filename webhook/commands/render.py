@@ -50,6 +50,10 @@ def _load(name: str) -> inputs.Loaded:
 def _render(args: argparse.Namespace) -> int:
     after = _load(args.stacks)
     before = _load(args.diff) if args.diff else None
+    if before is not None and before.unit != after.unit:
+        raise inputs.InputError(
+            f"{args.diff} counts {before.unit} ({before.format}) and {args.stacks} counts "
+            f"{after.unit} ({after.format}): a differential graph compares profiles of one unit")
     meta = inputs.read_meta(_read(args.meta), args.meta) if args.meta else {}
     repaired = [f"{name}: {warning}" for name, loaded in (
         ("stdin" if args.stacks == "-" else args.stacks, after), (args.diff, before))

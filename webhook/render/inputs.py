@@ -35,6 +35,7 @@ MAX_DEPTH = folded.MAX_DEPTH  # frames in one stack, open frames of an evented p
 MAX_FRAMES = 10_000_000  # frames of all distinct stacks together (the page carries each one)
 MAX_TOTAL = folded.MAX_COUNT  # the sum of all counts: exact in the page's JavaScript numbers
 _BINARY = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")  # no text has these; pprof always does
+_BLANKS = re.compile(rb"[ \t\r\n]*")
 _SNIFF = 64 << 10  # bytes looked at to tell text from binary
 _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")  # flamegraph.pl's counts (and .5)
 
@@ -90,7 +91,8 @@ def load(data: bytes) -> Loaded:
     if len(data) > MAX_INPUT:
         raise InputError(f"larger than {MAX_INPUT >> 20} MiB")
     json_error = ""
-    if data.lstrip()[:1] in (b"{", b"["):  # JSON, or folded frames like [unknown], {closure}
+    start = blanks.end() if (blanks := _BLANKS.match(data)) else 0
+    if data[start:start + 1] in (b"{", b"["):  # JSON, or folded frames like [unknown], {closure}
         try:
             document = json.loads(data)
         except (ValueError, RecursionError) as error:
