@@ -39,8 +39,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "graph (search, click to zoom), differential flame graphs between two runs, downloads "
         "as folded stacks, speedscope JSON and pprof. Reads DIR only.")
     serve.add_argument("--port", type=int, default=8080, help="port (default 8080)")
-    serve.add_argument("--host", default="0.0.0.0",  # noqa: S104 - a pod's server
-                       help="address to listen on (default 0.0.0.0)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default 127.0.0.1: this machine only; the "
+                       "page has no authentication, so 0.0.0.0 shows every run in DIR to "
+                       "anyone who can reach the port)")
     serve.set_defaults(func=_serve)
 
     service = commands.add_parser(
@@ -111,10 +113,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing.add_argument("-n", "--namespace", help="only this namespace")
     listing.set_defaults(func=_list)
 
-    prune = commands.add_parser("prune", parents=[common],
-                                help="remove runs beyond a count per pod or older than an age")
-    prune.add_argument("--keep", type=int, help="runs kept per pod (newest first)")
-    prune.add_argument("--max-age", type=duration, help="remove runs older than this (e.g. 30d)")
+    prune = commands.add_parser(
+        "prune", parents=[common],
+        help="remove runs beyond a count per pod or older than an age",
+        description="Remove runs beyond the newest --keep of each pod and runs older than "
+        "--max-age, and print each one removed. 0 means no limit, as in the chart "
+        "(results.retention.count and maxAge): `--keep 0` removes nothing by count. "
+        "--dry-run prints what would go and removes nothing.")
+    prune.add_argument("--keep", type=int,
+                       help="runs kept per pod, newest first (0: no limit by count)")
+    prune.add_argument("--max-age", type=duration,
+                       help="remove runs older than this, e.g. 30d (0d: no limit by age)")
+    prune.add_argument("--dry-run", action="store_true",
+                       help="print what would be removed; remove nothing")
     prune.set_defaults(func=_prune)
     parser.set_defaults(func=lambda args: _usage(parser))
 
@@ -180,10 +191,34 @@ def _serve(args: argparse.Namespace) -> int:
     from webhook.results.web import create_app
     from webhook.server.results_server import serve_wsgi
 
-    print(f"results page on http://{args.host}:{args.port}/ (runs in {args.dir})",
-          file=sys.stderr, flush=True)
-    serve_wsgi(create_app(args.dir), args.host, args.port)
+    if not 0 <= args.port < 65536:
+        print(f"sidecar-debug results serve: --port {args.port} is not a TCP port (0: any free "
+              "one)", file=sys.stderr)
+        return 2
+
+    def listening(urls: list[str]) -> None:
+        for url in urls:
+            print(f"results page on {url}/ (runs in {args.dir}; no authentication)",
+                  file=sys.stderr, flush=True)
+        if not _loopback(args.host):
+            print(f"warning: listening on {args.host}, not only this machine: anyone who can "
+                  "reach the port reads every run in the directory (--host 127.0.0.1 keeps it "
+                  "local; `sidecar-debug results open` serves the cluster's page with RBAC)",
+                  file=sys.stderr, flush=True)
+
+    serve_wsgi(create_app(args.dir), args.host, args.port, on_listening=listening)
     return 0
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -205,14 +240,27 @@ def _prune(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     if args.keep is not None and args.keep < 0:
-        print("sidecar-debug results prune: --keep must be 0 or more", file=sys.stderr)
+        print("sidecar-debug results prune: --keep must be 0 (no limit) or more",
+              file=sys.stderr)
         return 2
     if _no_directory(args):
         return 2
-    removed = Store(args.dir).prune(keep=args.keep, max_age=args.max_age,
-                                    now=datetime.now(UTC))
+    # 0 is "no limit", as the chart's results.retention.count and maxAge: the same number
+    # never means "keep everything" in the chart and "delete everything" here.
+    keep = args.keep or None
+    max_age = args.max_age or None
+    if keep is None and max_age is None:
+        print("sidecar-debug results prune: nothing to remove: 0 means no limit (as "
+              "results.retention.count: 0 in the chart); to remove runs, give --keep 1 or "
+              "more, or --max-age (e.g. 30d)", file=sys.stderr)
+        return 0
+    removed = Store(args.dir).prune(keep=keep, max_age=max_age, now=datetime.now(UTC),
+                                    dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
     for run in removed:
-        print(f"removed {run.id}")
+        print(f"{verb} {run.id}")
+    print(f"{verb} {len(removed)} run{'s' if len(removed) != 1 else ''}"
+          + (" (dry run: nothing removed)" if args.dry_run else ""), file=sys.stderr)
     return 0
 
 

@@ -23,6 +23,7 @@ import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +62,43 @@ class Run:
 
     @property
     def samples(self) -> int:
+        """meta.json's count, else counted from the stacks (a run copied by hand, a meta.json
+        lost or unreadable): the list and the page never show 0 for a run that has samples."""
         value = self.meta.get("samples")
-        return value if isinstance(value, int) else 0
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        return self._counted[0]
+
+    @property
+    def hottest(self) -> list[tuple[str, int]]:
+        """The hottest leaf functions (name, self samples), from meta.json or the stacks."""
+        value = self.meta.get("hottest")
+        if isinstance(value, list):
+            pairs = [(item[0], item[1]) for item in value if isinstance(item, list)
+                     and len(item) == 2 and isinstance(item[0], str)
+                     and isinstance(item[1], int) and not isinstance(item[1], bool)]
+            if pairs:
+                return pairs
+        return self._counted[1]
+
+    @property
+    def seconds(self) -> float | None:
+        """How long the recording ran: meta.json's `duration` (the store's, from the ticket)
+        or `seconds` (the toolset's recording)."""
+        for key in ("duration", "seconds"):
+            value = self.meta.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and (
+                    0 <= value < 1e9):
+                return value
+        return None
+
+    @cached_property
+    def _counted(self) -> tuple[int, list[tuple[str, int]]]:
+        try:
+            stacks = self.stacks()
+        except (StoreError, OSError):
+            return 0, []
+        return folded.total(stacks), folded.hottest(stacks, 10)
 
     def stacks(self) -> dict[folded.Stack, int]:
         path = self.path / FOLDED_NAME
@@ -169,9 +205,10 @@ class Store:
         return self.save(namespace, pod, technique, stacks, started=started, meta=meta)
 
     def prune(self, *, keep: int | None, max_age: timedelta | None,
-              now: datetime) -> list[Run]:
+              now: datetime, dry_run: bool = False) -> list[Run]:
         """Remove runs beyond the newest `keep` of each pod and runs older than `max_age`;
-        empty pod and namespace directories go too. Returns what was removed."""
+        empty pod and namespace directories go too. Returns what was removed (with
+        `dry_run`: what would be, and nothing is)."""
         now = utc(now)
         removed: list[Run] = []
         by_pod: dict[tuple[str, str], list[Run]] = {}
@@ -183,8 +220,11 @@ class Store:
                 too_many = keep is not None and position >= keep
                 too_old = max_age is not None and now - run.started > max_age
                 if too_many or too_old:
-                    shutil.rmtree(run.path, ignore_errors=True)
+                    if not dry_run:
+                        shutil.rmtree(run.path, ignore_errors=True)
                     removed.append(run)
+        if dry_run:
+            return removed
         for namespace_dir in self._dirs(self.root):
             for pod_dir in self._dirs(namespace_dir):
                 if not any(pod_dir.iterdir()):

@@ -46,11 +46,14 @@ class _Application(BaseApplication):  # type: ignore[misc]  # gunicorn ships no 
 
 def serve_wsgi(app: Any, host: str, port: int, threads: int = 4, *,
                tls: tuple[str, str] | None = None, plain_bind: str | None = None,
-               post_worker_init: Callable[[Any], None] | None = None) -> None:
+               post_worker_init: Callable[[Any], None] | None = None,
+               on_listening: Callable[[list[str]], None] | None = None) -> None:
     """Serve `app` until SIGTERM/SIGINT (gunicorn's master handles both). `tls` (certificate
     and key files, reloaded when they change, as the webhook's) serves HOST:PORT over TLS;
     `plain_bind` (a loopback HOST:PORT) is then a second, plain listener. `post_worker_init`
-    runs in the serving process after gunicorn forked it (threads start there)."""
+    runs in the serving process after gunicorn forked it (threads start there);
+    `on_listening` gets the URLs of the bound listeners (`http://127.0.0.1:8080`: the real
+    port when PORT was 0) once gunicorn listens."""
     options: dict[str, Any] = {
         "bind": [f"{host}:{port}"] + ([plain_bind] if plain_bind else []),
         "workers": 1,
@@ -76,4 +79,7 @@ def serve_wsgi(app: Any, host: str, port: int, threads: int = 4, *,
             config.certfile, config.keyfile)
     if post_worker_init is not None:
         options["post_worker_init"] = post_worker_init
+    if on_listening is not None:
+        options["when_ready"] = lambda server: on_listening(
+            [str(listener) for listener in server.LISTENERS])
     _Application(app, options).run()

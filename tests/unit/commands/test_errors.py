@@ -114,7 +114,7 @@ BAD_INPUT: list[Any] = [
     ("render", [MISSING], 2, f"cannot read {MISSING}: No such file or directory"),
     ("render", ["{tmp}"], 2, "cannot read {tmp}: Is a directory"),
     ("render", ["{tmp}/garbage", "-o", "{tmp}/page.html"], 2,
-     "{tmp}/garbage: not folded stacks, speedscope JSON or pprof: line 1: expected"),
+     "{tmp}/garbage: folded stacks: line 1: expected"),
 ]
 
 
