@@ -28,7 +28,7 @@ def test_certs_ensure_with_a_bad_kubeconfig_says_so_in_one_line(
 
 
 def test_unreadable_input_names_the_file(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["certs", "inspect", "/nonexistent/tls.crt"]) == 1
+    assert main(["certs", "inspect", "/nonexistent/tls.crt"]) == 2
     err = capsys.readouterr().err
     assert "/nonexistent/tls.crt" in err and "Traceback" not in err
 
@@ -42,7 +42,7 @@ def test_the_table_matches_along_the_class_hierarchy(capsys: pytest.CaptureFixtu
     problem = Problem("p.yaml", 3, "spec.rules[0]", "unknown key")
     assert errors.handle(PolicyError([problem])) == 2
     assert capsys.readouterr().err.startswith("sidecar-debug: invalid policy: p.yaml:3: ")
-    assert errors.handle(FileNotFoundError(2, "No such file or directory", "x.yaml")) == 1
+    assert errors.handle(FileNotFoundError(2, "No such file or directory", "x.yaml")) == 2
     assert capsys.readouterr().err == "sidecar-debug: x.yaml: No such file or directory\n"
 
 
