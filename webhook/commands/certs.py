@@ -141,7 +141,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 key = pki.load_private_key(data)
             except pki.CertificateError as exc:
                 print(f"{name}: {exc}", file=sys.stderr)
-                status = max(status, 1)
+                status = 2
                 continue
             if not text:
                 _emit(args, "PrivateKey", file=name, keyType=pki.key_description(key))
@@ -152,7 +152,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             found = pki.load_certificates(data)
         except pki.CertificateError as exc:
             print(f"{name}: {exc}", file=sys.stderr)
-            status = max(status, 1)
+            status = 2
             continue
         if not text:
             _emit(args, "Certificates", file=name,

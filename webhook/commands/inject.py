@@ -114,6 +114,7 @@ class Reporter:
         self.unreadable = 0  # documents that cannot be read (exit 2)
         self.failed = 0  # documents that cannot be injected (exit 1)
         self.documents = 0
+        self.not_text = False  # the whole input is no UTF-8 text (said in one line; exit 2)
 
     def say(self, chunk: manifest_yaml.Chunk, text: str, line: int | None = None) -> None:
         where = f"{self.name}:{line or chunk.line}: document {chunk.index}"
@@ -141,6 +142,8 @@ class Reporter:
 
     def exit_code(self) -> int:
         """2 when a document cannot be read, else 1 when one cannot be injected, else 0."""
+        if self.not_text:
+            return EXIT_USAGE
         if self.unreadable or self.failed:
             print(
                 f"sidecar-debug: {self.name}: {self.unreadable + self.failed} of "
@@ -183,7 +186,7 @@ def inject_input(
         manifest_yaml.check_encoding(data, name)
     except manifest_yaml.InputError as exc:
         print(f"sidecar-debug: {exc}", file=err)
-        report.unreadable += 1
+        report.not_text = True
         return report
     stream = json_stream(data)
     if stream is not None:
@@ -382,7 +385,7 @@ def inject_inputs(
         report = inject_input(each.data, each.name, settings, buffer, err, options)
         codes.append(report.exit_code())
         documents += report.documents
-        if not report.documents and not report.unreadable:
+        if not report.documents and not report.not_text:
             print(f"sidecar-debug: {each.name}: no objects (the input is empty or only "
                   "comments)", file=err)
         results.append((json_stream(buffer.getvalue()) is not None, buffer.getvalue()))
