@@ -307,37 +307,39 @@ def fish(commands: list[Command]) -> str:
         "end",
         "",
     ]
-    for program in PROGRAMS:
-        lines.append(f"complete -c {program} -f")
-        for command in commands:
-            at = f"-n {_fish_q('__sidecar_debug_at ' + _fish_q(command.path))}"
-            for name, help_text in command.subcommands.items():
-                lines.append(f"complete -c {program} {at} -a {name} -d {_fish_q(help_text)}")
-            for option in command.options:
-                spec = []
-                for flag in option.flags:
-                    if flag.startswith("--"):
-                        spec.append(f"-l {flag[2:]}")
-                    elif len(flag) == 2:
-                        spec.append(f"-s {flag[1]}")
-                    else:
-                        spec.append(f"-o {flag[1:]}")
-                if option.value == "file":
-                    spec.append("-r -F")
-                elif option.value == "dir":
-                    spec.append("-r -a '(__fish_complete_directories)'")
-                elif option.value == "choices":
-                    spec.append(f"-x -a {_fish_q(' '.join(option.choices))}")
-                elif option.value:
-                    spec.append("-x")
-                lines.append(f"complete -c {program} {at} {' '.join(spec)} "
-                             f"-d {_fish_q(option.help)}")
-            if command.positional and not command.subcommands:
-                if command.positional == "file":
-                    lines.append(f"complete -c {program} {at} -F")
-                elif command.positional == "choices":
-                    lines.append(f"complete -c {program} {at} -a "
-                                 f"{_fish_q(' '.join(command.positional_choices))}")
+    program = PROGRAMS[0]
+    lines.append(f"complete -c {program} -f")
+    for command in commands:
+        at = f"-n {_fish_q('__sidecar_debug_at ' + _fish_q(command.path))}"
+        for name, help_text in command.subcommands.items():
+            lines.append(f"complete -c {program} {at} -a {name} -d {_fish_q(help_text)}")
+        for option in command.options:
+            spec = []
+            for flag in option.flags:
+                if flag.startswith("--"):
+                    spec.append(f"-l {flag[2:]}")
+                elif len(flag) == 2:
+                    spec.append(f"-s {flag[1]}")
+                else:
+                    spec.append(f"-o {flag[1:]}")
+            if option.value == "file":
+                spec.append("-r -F")
+            elif option.value == "dir":
+                spec.append("-r -a '(__fish_complete_directories)'")
+            elif option.value == "choices":
+                spec.append(f"-x -a {_fish_q(' '.join(option.choices))}")
+            elif option.value:
+                spec.append("-x")
+            lines.append(f"complete -c {program} {at} {' '.join(spec)} "
+                         f"-d {_fish_q(option.help)}")
+        if command.positional and not command.subcommands:
+            if command.positional == "file":
+                lines.append(f"complete -c {program} {at} -F")
+            elif command.positional == "choices":
+                lines.append(f"complete -c {program} {at} -a "
+                             f"{_fish_q(' '.join(command.positional_choices))}")
+    # The plugin's executable completes as sidecar-debug does (fish's --wraps).
+    lines += [f"complete -c {name} -w {program}" for name in PROGRAMS[1:]]
     return "\n".join(lines) + "\n"
 
 
