@@ -202,6 +202,12 @@ def split(data: bytes) -> list[Chunk]:
     return chunks
 
 
+def has_content(chunk: Chunk) -> bool:
+    """The document has a line of YAML content: not only its `---` marker, comments and blank
+    lines (such a document is null, and kubectl skips it as no object)."""
+    return chunk.index > 0 and _CONTENT.search(chunk.raw) is not None
+
+
 def decode(chunk: Chunk) -> str:
     """The chunk as text; Problem naming the line of the first byte that is not UTF-8 text."""
     try:

@@ -133,10 +133,11 @@ def check_bytes(
     if data.startswith(manifest_yaml.UTF8_BOM):
         data = data[len(manifest_yaml.UTF8_BOM) :]
     unreadable = denied = checked = 0
+    documents_before = report.documents
     for chunk in manifest_yaml.split(data):
         if not chunk.index:
             continue
-        report.documents += 1
+        report.documents += manifest_yaml.has_content(chunk)
         where = f"{name}:{{line}}: document {chunk.index}"
         try:
             text = manifest_yaml.decode(chunk)
@@ -188,6 +189,8 @@ def check_bytes(
                 "allowed": result.allowed, "violations": violations, "notes": notes,
                 "message": "" if result.allowed else result.message(),
             })
+    if report.documents == documents_before and not unreadable:
+        return 0  # no object at all: the caller says so (and fails when no input has one)
     summary = (
         f"sidecar-debug: {name}: {denied} of {checked} pods and pod templates would be "
         f"denied at level {level}"
@@ -222,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
         before = report.documents
         codes.append(check_bytes(each.data, each.name, settings, args.level, out, sys.stderr,
                                  report))
-        if report.documents == before and not codes[-1]:
+        if report.documents == before and not codes[-1] and len(inputs) > 1:
             print(f"sidecar-debug: {each.name}: no objects (the input is empty or only "
                   "comments)", file=sys.stderr)
     code = max(codes)

@@ -197,7 +197,7 @@ def inject_input(
         data = data[len(manifest_yaml.UTF8_BOM) :]
     profile, runtime, mode = options.profile, options.runtime, options.mode
     chunks = manifest_yaml.split(data)
-    report.documents = sum(1 for c in chunks if c.index)
+    report.documents = sum(1 for c in chunks if manifest_yaml.has_content(c))
     for chunk in chunks:
         if chunk.index == 0:  # only comments or blank lines
             out.write(chunk.raw)
@@ -385,7 +385,7 @@ def inject_inputs(
         report = inject_input(each.data, each.name, settings, buffer, err, options)
         codes.append(report.exit_code())
         documents += report.documents
-        if not report.documents and not report.not_text:
+        if not report.documents and not report.not_text and len(inputs) > 1:
             print(f"sidecar-debug: {each.name}: no objects (the input is empty or only "
                   "comments)", file=err)
         results.append((json_stream(buffer.getvalue()) is not None, buffer.getvalue()))
