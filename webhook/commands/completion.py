@@ -33,8 +33,9 @@ option values with a fixed set of choices, and file names where a file is expect
   zsh:   source <(sidecar-debug completion zsh)       # in ~/.zshrc, after compinit
   fish:  sidecar-debug completion fish > ~/.config/fish/completions/sidecar-debug.fish
 
-`kubectl sidecar-debug <TAB>` is kubectl's own completion: kubectl >= 1.26 asks an executable
-named kubectl_complete-sidecar_debug, which this package does not install (see docs/cli.md).
+`kubectl sidecar-debug <TAB>` goes through kubectl's own completion (`kubectl completion
+bash|zsh|fish`): kubectl >= 1.26 asks the executable kubectl_complete-sidecar_debug, which this
+package installs, so nothing more is needed there.
 """
 
 
@@ -341,6 +342,77 @@ def fish(commands: list[Command]) -> str:
     # The plugin's executable completes as sidecar-debug does (fish's --wraps).
     lines += [f"complete -c {name} -w {program}" for name in PROGRAMS[1:]]
     return "\n".join(lines) + "\n"
+
+
+# -- kubectl's plugin completion ----------------------------------------------------------------
+
+# cobra's ShellCompDirective values, which kubectl passes on to the shell's script
+NO_FILES = 4  # offer only what is printed
+FILES = 0  # nothing printed: the shell completes file names
+DIRECTORIES = 16
+
+
+def complete_words(commands: list[Command], words: list[str]) -> tuple[list[str], int]:
+    """What to offer after `words` (the last one is being typed, maybe ""), as cobra's
+    `__complete` answers: candidates ("word\tdescription") and a directive."""
+    by_path = {c.path: c for c in commands}
+    current, typed = (words[-1], words[:-1]) if words else ("", [])
+
+    def option(command: Command, flag: str) -> Option | None:
+        return next((o for o in command.options if flag in o.flags), None)
+
+    path, index = "", 0
+    while index < len(typed):
+        word = typed[index]
+        command = by_path[path]
+        if word.startswith("-"):
+            found = option(command, word)
+            index += 2 if found is not None and found.value and "=" not in word else 1
+            continue
+        if word in command.subcommands:
+            path = f"{path} {word}".strip()
+        index += 1
+    command = by_path[path]
+
+    def value_of(found: Option, prefix: str, typed_value: str) -> tuple[list[str], int]:
+        if found.value == "choices":
+            return [prefix + c for c in found.choices if c.startswith(typed_value)], NO_FILES
+        if found.value == "file":
+            return [], FILES
+        if found.value == "dir":
+            return [], DIRECTORIES
+        return [], NO_FILES
+
+    if typed and typed[-1].startswith("-") and "=" not in typed[-1]:
+        found = option(command, typed[-1])
+        if found is not None and found.value:
+            return value_of(found, "", current)
+    if current.startswith("-"):
+        flag, equals, typed_value = current.partition("=")
+        found = option(command, flag)
+        if equals and found is not None and found.value:
+            return value_of(found, f"{flag}=", typed_value)
+        return [f"{flag}\t{o.help}" for o in command.options for flag in o.flags
+                if flag.startswith(current)], NO_FILES
+    if command.subcommands:
+        return [f"{name}\t{text}" for name, text in command.subcommands.items()
+                if name.startswith(current)], NO_FILES
+    if command.positional == "choices":
+        return [c for c in command.positional_choices if c.startswith(current)], NO_FILES
+    if command.positional == "file":
+        return [], FILES
+    return [], NO_FILES
+
+
+def kubectl_complete() -> int:
+    """The executable kubectl_complete-sidecar_debug: kubectl runs it with the words after
+    `kubectl sidecar-debug` (the last one being typed) and passes its answer to the shell."""
+    from webhook.commands.cli import build_parser
+
+    candidates, directive = complete_words(tree(build_parser("kubectl sidecar-debug")),
+                                           sys.argv[1:])
+    sys.stdout.write("".join(f"{line}\n" for line in candidates) + f":{directive}\n")
+    return 0
 
 
 def script(parser: argparse.ArgumentParser, shell: str) -> str:

@@ -143,3 +143,25 @@ def test_the_scripts_come_from_the_parser() -> None:
     assert inject["-o"].choices == ["yaml", "json"]
     assert {flag: o.value for o in commands["results list"].options
             for flag in o.flags}["--dir"] == "dir"
+
+
+def test_kubectl_completes_the_plugin_through_kubectl_complete_executable(tmp_path: Path) -> None:
+    """`kubectl sidecar-debug <TAB>`: kubectl's completion (cobra's __complete, which every
+    `kubectl completion SHELL` script calls) runs kubectl_complete-sidecar_debug from PATH."""
+    from tests.unit.commands.test_kubectl_plugin import VENV_BIN, kubectl
+
+    def ask(*words: str) -> tuple[list[str], str]:
+        result = subprocess.run(
+            [kubectl(), "__complete", "sidecar-debug", *words], capture_output=True, text=True,
+            timeout=60, env={"PATH": f"{VENV_BIN}:/usr/bin:/bin", "HOME": str(tmp_path)})
+        assert result.returncode == 0, result.stderr
+        *offered, directive = result.stdout.splitlines()
+        return [line.split("\t")[0] for line in offered], directive
+
+    assert ask("gu") == (["guard"], ":4")
+    assert ask("guard", "check", "--level", "") == (["baseline", "restricted"], ":4")
+    assert ask("guard", "check", "--level=r") == (["--level=restricted"], ":4")
+    assert ask("guard", "check", "--le") == (["--level"], ":4")
+    assert ask("inject", "-f", "") == ([], ":0")  # the shell completes file names
+    assert ask("results", "list", "--dir", "") == ([], ":16")  # directories only
+    assert ask("completion", "") == (["bash", "zsh", "fish"], ":4")

@@ -34,9 +34,10 @@ def through_kubectl(path: str, *args: str, stdin: bytes | None = None,
                           env=env)
 
 
-def test_the_package_installs_the_plugin_executable() -> None:
-    plugin = VENV_BIN / "kubectl-sidecar_debug"
-    assert plugin.is_file() and os.access(plugin, os.X_OK)  # `make setup` / `pip install .`
+def test_the_package_installs_the_plugin_executables() -> None:
+    for name in ("kubectl-sidecar_debug", "kubectl_complete-sidecar_debug"):
+        plugin = VENV_BIN / name
+        assert plugin.is_file() and os.access(plugin, os.X_OK)  # `make setup` / `pip install .`
 
 
 def test_kubectl_finds_and_runs_the_plugin(tmp_path: Path) -> None:
