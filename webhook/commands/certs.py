@@ -179,7 +179,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
             pki.verify_chain(leaf, cas, name)
     except pki.CertificateError as exc:  # an unreadable file: webhook.commands.errors
         print(f"FAIL: {exc}", file=sys.stderr)
+        if args.output != "text":
+            output.emit(output.document("CertificateVerification", valid=False, cert=args.cert,
+                                        ca=args.ca, names=args.name or [], problem=str(exc)),
+                        args.output)
         return 1
+    if args.output != "text":
+        output.emit(output.document("CertificateVerification", valid=True, cert=args.cert,
+                                    ca=args.ca, names=names, problem=""), args.output)
+        return 0
     print(f"OK: {args.cert} verifies against {args.ca} for {', '.join(names)}")
     return 0
 
@@ -302,6 +310,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ver.add_argument("--cert", required=True, help="serving certificate (PEM)")
     ver.add_argument("--key", help="also check that this key belongs to the certificate")
     ver.add_argument("--name", action="append", help="name to verify for (repeatable)")
+    output.add_output(ver)
     ver.set_defaults(func=cmd_verify)
 
     ens = sub.add_parser("ensure", help="self mode: fill/renew the Secret, write the caBundle")

@@ -328,3 +328,16 @@ def test_certs_inspect_keeps_json_as_a_deprecated_alias(tmp_path: Path) -> None:
     assert line["certificates"][0]["sans"][0] == "s"
     as_yaml = yaml.safe_load(run(["certs", "inspect", "-o", "yaml", cert]).stdout)
     assert as_yaml == line
+
+
+def test_certs_verify_as_json(tmp_path: Path) -> None:
+    made = run(["certs", "generate", "--service", "s", "--namespace", "n", "--out",
+                str(tmp_path)])
+    assert made.returncode == 0, made.stderr
+    cert, ca = str(tmp_path / "tls.crt"), str(tmp_path / "ca.crt")
+    found = both(["certs", "verify", "--ca", ca, "--cert", cert, "--name", "s.n.svc"])
+    assert found == {"apiVersion": CHECKED_API, "kind": "CertificateVerification",
+                     "valid": True, "cert": cert, "ca": ca, "names": ["s.n.svc"],
+                     "problem": ""}
+    wrong = both(["certs", "verify", "--ca", ca, "--cert", cert, "--name", "other"], code=1)
+    assert wrong["valid"] is False and "other" in wrong["problem"]
