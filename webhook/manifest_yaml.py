@@ -202,6 +202,12 @@ def split(data: bytes) -> list[Chunk]:
     return chunks
 
 
+def has_content(chunk: Chunk) -> bool:
+    """The document has a line of YAML content: not only its `---` marker, comments and blank
+    lines (such a document is null, and kubectl skips it as no object)."""
+    return chunk.index > 0 and _CONTENT.search(chunk.raw) is not None
+
+
 def decode(chunk: Chunk) -> str:
     """The chunk as text; Problem naming the line of the first byte that is not UTF-8 text."""
     try:
@@ -735,3 +741,34 @@ def merge(node: Any, old: Any, new: Any) -> Any:
             node.fa.set_block_style()  # `[]` or `[a]` + new items: one item per line
         return node
     return to_node(new)
+
+
+def dump_plain(value: Any) -> str:
+    """A plain value as a block YAML document as kubectl writes one (2-space mappings, dashes
+    at the key's column), key order kept, every string read back as a string (`inject -o yaml`
+    of JSON input)."""
+    out = io.StringIO()
+    _yaml().dump(to_node(value), out)
+    return out.getvalue()
+
+
+def plain_documents(data: bytes) -> list[Any]:
+    """Every document of a YAML stream as plain data (the core schema, as inject reads it);
+    those that cannot be read are left out (inject has reported them already)."""
+    if data.startswith(UTF8_BOM):
+        data = data[len(UTF8_BOM) :]
+    found: list[Any] = []
+    for chunk in split(data):
+        if not chunk.index:
+            continue
+        try:
+            text = decode(chunk)
+            _, body, _ = parts(text)
+            plain = fast_load(body)
+            if plain is None:
+                plain = to_plain(load(text, chunk).tree)
+        except Problem:
+            continue
+        if plain is not None:
+            found.append(plain)
+    return found

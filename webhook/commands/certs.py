@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.certs import pki, rotation, tls
+from webhook.commands import output
 
 DEFAULT_OUT = "certs"
 
@@ -169,17 +170,27 @@ def fetch_served_certificates(address: str, server_name: str | None) -> list[Any
     return [x509.load_der_x509_certificate(der)]
 
 
+def _emit(args: argparse.Namespace, kind: str, **fields: Any) -> None:
+    """One inspected file or address as a document: a JSON line, or a YAML document."""
+    document = output.document(kind, **fields)
+    if args.output == "json":
+        print(json.dumps(document, ensure_ascii=False))
+    else:
+        print("---\n" + output.dumps(document, "yaml"), end="")
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     status = 0
+    text = args.output == "text"
     if args.connect:
         try:
             found = fetch_served_certificates(args.connect, args.server_name)
         except (OSError, pki.CertificateError) as exc:
             print(f"{args.connect}: {exc}", file=sys.stderr)
             return 1
-        if args.json:
-            print(json.dumps({"address": args.connect,
-                              "certificates": [pki.describe(c) for c in found]}))  # fmt: skip
+        if not text:
+            _emit(args, "Certificates", address=args.connect,
+                  certificates=[pki.describe(c) for c in found])
         else:
             _print_cert(found[0], f"{args.connect} (served):")
     elif not args.files:
@@ -188,18 +199,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         try:
             data = Path(name).read_bytes()
         except OSError as exc:
-            print(f"{name}: {exc.strerror}", file=sys.stderr)
-            status = 1
+            print(f"sidecar-debug: {name}: {exc.strerror}", file=sys.stderr)
+            status = 2  # cannot be read: as every command's input (webhook.commands.errors)
             continue
         if b"PRIVATE KEY-----" in data and b"CERTIFICATE-----" not in data:
             try:
                 key = pki.load_private_key(data)
             except pki.CertificateError as exc:
                 print(f"{name}: {exc}", file=sys.stderr)
-                status = 1
+                status = 2
                 continue
-            if args.json:
-                print(json.dumps({"file": name, "keyType": pki.key_description(key)}))
+            if not text:
+                _emit(args, "PrivateKey", file=name, keyType=pki.key_description(key))
             else:
                 print(f"{name}: private key, {pki.key_description(key)}")
             continue
@@ -207,10 +218,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             found = pki.load_certificates(data)
         except pki.CertificateError as exc:
             print(f"{name}: {exc}", file=sys.stderr)
-            status = 1
+            status = 2
             continue
-        if args.json:
-            print(json.dumps({"file": name, "certificates": [pki.describe(c) for c in found]}))
+        if not text:
+            _emit(args, "Certificates", file=name,
+                  certificates=[pki.describe(c) for c in found])
             continue
         for index, cert in enumerate(found):
             suffix = f" [{index + 1}/{len(found)}]" if len(found) > 1 else ""
@@ -233,7 +245,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
             pki.verify_chain(leaf, cas, name)
     except pki.CertificateError as exc:  # an unreadable file: webhook.commands.errors
         print(f"FAIL: {exc}", file=sys.stderr)
+        if args.output != "text":
+            output.emit(output.document("CertificateVerification", valid=False, cert=args.cert,
+                                        ca=args.ca, names=args.name or [], problem=str(exc)),
+                        args.output)
         return 1
+    if args.output != "text":
+        output.emit(output.document("CertificateVerification", valid=True, cert=args.cert,
+                                    ca=args.ca, names=names, problem=""), args.output)
+        return 0
     print(f"OK: {args.cert} verifies against {args.ca} for {', '.join(names)}")
     return 0
 
@@ -352,7 +372,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ins.add_argument("--connect", metavar="HOST:PORT",
                      help="also show the certificate a running server presents")  # fmt: skip
     ins.add_argument("--server-name", help="SNI name to send with --connect")
-    ins.add_argument("--json", action="store_true", help="one JSON document per file")
+    output.add_output(ins, json_alias=True)  # -o json: one JSON line per file
     ins.set_defaults(func=cmd_inspect, parser=ins)
 
     ver = sub.add_parser("verify", help="verify a serving certificate against a CA bundle")
@@ -360,6 +380,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ver.add_argument("--cert", required=True, help="serving certificate (PEM)")
     ver.add_argument("--key", help="also check that this key belongs to the certificate")
     ver.add_argument("--name", action="append", help="name to verify for (repeatable)")
+    output.add_output(ver)
     ver.set_defaults(func=cmd_verify)
 
     ens = sub.add_parser("ensure", help="self mode: fill/renew the Secret, write the caBundle")

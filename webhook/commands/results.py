@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from webhook import constants
+from webhook.commands import output
 from webhook.policy.model import parse_duration
 
 _DURATION = re.compile(r"^([0-9]+[dhms])+$")
@@ -111,6 +112,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     listing = commands.add_parser("list", parents=[common], help="list stored runs")
     listing.add_argument("-n", "--namespace", help="only this namespace")
+    output.add_output(listing)
     listing.set_defaults(func=_list)
 
     prune = commands.add_parser(
@@ -141,6 +143,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                        help="namespace the annotation is for (default: default)")
     check.add_argument("--pod", help="the pod it is for (default: a namespace annotation)")
     check.add_argument("--runs", type=int, default=3, help="next runs to show (default 3)")
+    output.add_output(check)
     check.set_defaults(func=_check_schedule)
     schedule.set_defaults(func=lambda args: _usage(schedule))
 
@@ -162,17 +165,29 @@ def _check_schedule(args: argparse.Namespace) -> int:
         schedules = parse(text, namespace=args.namespace, pod=args.pod)
     except ScheduleError as error:
         print(f"sidecar-debug schedule check: {error}", file=sys.stderr)
+        if args.output != "text":
+            output.emit(output.document("ScheduleCheck", valid=False, error=str(error),
+                                        schedules=[]), args.output)
         return 1
     now = datetime.now(UTC)
+    found = []
     for schedule in schedules:
-        print(f"{schedule.key}: {schedule.describe()}")
-        moment = now
+        moment, upcoming_runs = now, []
         for _ in range(max(args.runs, 0)):
             upcoming = schedule.cron.next(moment)
             if upcoming is None:
                 break
-            print(f"  next: {upcoming:%Y-%m-%d %H:%M} UTC")
+            upcoming_runs.append(upcoming)
             moment = upcoming
+        found.append({"key": schedule.key, "description": schedule.describe(),
+                      "nextRuns": [f"{t:%Y-%m-%dT%H:%M:%SZ}" for t in upcoming_runs]})
+        if args.output == "text":
+            print(f"{schedule.key}: {schedule.describe()}")
+            for upcoming in upcoming_runs:
+                print(f"  next: {upcoming:%Y-%m-%d %H:%M} UTC")
+    if args.output != "text":
+        output.emit(output.document("ScheduleCheck", valid=True, error="", schedules=found),
+                    args.output)
     return 0
 
 
@@ -227,7 +242,15 @@ def _list(args: argparse.Namespace) -> int:
     if _no_directory(args):
         return 2
 
-    for run in Store(args.dir).runs(args.namespace):
+    runs = Store(args.dir).runs(args.namespace)
+    if args.output != "text":
+        output.emit(output.document("RunList", items=[{
+            "id": run.id, "namespace": run.namespace, "pod": run.pod, "run": run.name,
+            "started": f"{run.started.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}",
+            "technique": run.technique, "samples": run.samples,
+        } for run in runs]), args.output)
+        return 0
+    for run in runs:
         print(f"{run.id}\t{run.samples} samples")
     return 0
 

@@ -154,7 +154,7 @@ def test_inspect_bad_input_fails_cleanly(
 ) -> None:
     junk = tmp_path / "junk.pem"
     junk.write_text("hello")
-    assert main(["certs", "inspect", str(junk), str(tmp_path / "missing")]) == 1
+    assert main(["certs", "inspect", str(junk), str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert "junk.pem: not a PEM certificate bundle" in err and "missing" in err
 
