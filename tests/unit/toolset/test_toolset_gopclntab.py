@@ -313,7 +313,7 @@ def probe(lib: dict[str, ModuleType], data: bytes) -> None:
     table = elf.go_table()
     if table is None:
         return
-    for address in list(range(0x401000, 0x487000, 0x1000)) + table.entries[:120]:
+    for address in list(range(0x401000, 0x487000, 0x1000)) + list(table.entries[:120]):
         found = table.frames(address)
         assert found is None or 1 <= len(found) <= 65
         table.function(address)
