@@ -191,6 +191,20 @@ def advice(facts: Facts, missing: str) -> str:
             "(annotation sidecar-debug.io/profile)")
 
 
+def ptrace_line(facts: Facts, pid: int, app_uid: int) -> str:
+    """The app runs as another uid and this toolset has no CAP_SYS_PTRACE. With CAP_PERFMON the
+    kernel (>= 5.13) lets perf sample it all the same, but /proc/PID/maps and /proc/PID/root,
+    which name every frame, stay closed: a graph of nothing but addresses."""
+    what = (f"the app (PID {pid}) runs as uid {app_uid} and this toolset as uid {facts.euid} "
+            "without CAP_SYS_PTRACE")
+    if perfmon(facts):
+        what += (", so it may not read the app's memory maps and binaries (/proc/PID/maps, "
+                 "/proc/PID/root) that name its frames")
+    else:
+        what += ", so the kernel lets perf open no events on it"
+    return f"{what}: {advice(facts, 'SYS_PTRACE')}"
+
+
 def perfmon(facts: Facts) -> bool:
     return bool({"PERFMON", "SYS_ADMIN"} & facts.caps)
 
@@ -207,9 +221,7 @@ def diagnose(facts: Facts, stderr: str, pid: int, app_uid: int) -> tuple[str, st
             return "seccomp", ("perf_event_open is refused by this container's seccomp filter "
                                "(runtime default filters block it): " + advice(facts, "seccomp"))
         if app_uid >= 0 and app_uid != facts.euid and "SYS_PTRACE" not in facts.caps:
-            return "ptrace", (f"the app (PID {pid}) runs as uid {app_uid} and this toolset as "
-                              f"uid {facts.euid} without CAP_SYS_PTRACE, so the kernel lets perf "
-                              "open no events on it: " + advice(facts, "SYS_PTRACE"))
+            return "ptrace", ptrace_line(facts, pid, app_uid)
         if not perfmon(facts) and facts.paranoid >= 2:
             return "paranoid", (f"perf_event_paranoid is {facts.paranoid} on this node and this "
                                 "toolset has no CAP_PERFMON: " + advice(facts, "PERFMON")

@@ -100,13 +100,10 @@ class Access:
 def perf_access(target: common.Process) -> Access:
     """What perf may do with the target here, or RecordingFailed saying why not."""
     facts = perf_limits.gather()
-    caps, uid, paranoid = facts.caps, facts.euid, facts.paranoid
-    if target.uid >= 0 and target.uid != uid and "SYS_PTRACE" not in caps:
-        raise RecordingFailed(
-            "ptrace",
-            f"the app (PID {target.pid}) runs as uid {target.uid} and this toolset as uid {uid} "
-            "without CAP_SYS_PTRACE, so the kernel lets perf open no events on it: "
-            + perf_limits.advice(facts, "SYS_PTRACE") + ", or run the toolset as the app's uid")
+    if target.uid >= 0 and target.uid != facts.euid and "SYS_PTRACE" not in facts.caps:
+        raise RecordingFailed("ptrace", perf_limits.ptrace_line(facts, target.pid, target.uid)
+                              + ", or run the toolset as the app's uid")
+    paranoid = facts.paranoid
     if perf_limits.perfmon(facts) or paranoid <= 1:
         return Access(user_only=False, facts=facts)
     if paranoid >= 3:
