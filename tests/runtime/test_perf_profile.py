@@ -137,7 +137,13 @@ def named_python(pod: PlayedPod, name: str, case: Case, *extra: str,
     assert meta["technique"] == "py-spy", meta
     assert meta["runtime"].startswith(name[:7]), meta
     assert meta["named_share"] >= 0.95, (meta, recorded.folded[:3000])
-    python_leaves = {leaf: count for leaf, count in weights.items() if ".py:" in leaf}
+    # The innermost Python frame of each stack (native frames, --native, come below it).
+    python_leaves: dict[str, int] = {}
+    for line in recorded.folded.splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = [frame for frame in stack.split(";") if ".py:" in frame]
+        if frames and count.isdigit():
+            python_leaves[frames[-1]] = python_leaves.get(frames[-1], 0) + int(count)
     assert case.hot in max(python_leaves, key=lambda leaf: python_leaves[leaf]), weights
     assert pod.exec("stat", "-c", "%u", f"/proc/{meta['pid']}").stdout.strip() == "10001"
     return {"meta": meta, "output": recorded.output}
