@@ -38,6 +38,9 @@ DEFAULT_MAXTIME = 30.0
 # server waits at most this many times the per-binary time.
 BUDGET_FACTOR = 3
 MISS_SECONDS = 600  # elfutils' cache_miss_s
+# The cache holds at most this many times DEBUGINFOD_MAXSIZE: it is on the toolset's own
+# filesystem, which counts towards the pod's ephemeral storage.
+CACHE_FACTOR = 2
 CACHE_DIR = "debuginfod"
 DSO_LIMIT = 1 << 32
 CHUNK = 1 << 16
@@ -100,6 +103,24 @@ def load_checked(fd: int, build_id: str, name: str) -> elf_frames.ElfFile:
     if not elf.has_symtab:
         raise Refused("it has no symbol table")
     return elf
+
+
+def evict(cache_fd: int, keep: int) -> None:
+    """Remove the least recently used debug files of the cache until the rest weigh at most
+    `keep` bytes (misses and files being written stay)."""
+    entries = []
+    with os.scandir(cache_fd) as found:
+        for entry in found:
+            if entry.name.endswith(".debug") and entry.is_file(follow_symlinks=False):
+                info = entry.stat(follow_symlinks=False)
+                entries.append((info.st_mtime, info.st_size, entry.name))
+    total = sum(size for _, size, _ in entries)
+    for _, size, name in sorted(entries):
+        if total <= keep:
+            break
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=cache_fd)
+            total -= size
 
 
 class DebugInfo:
@@ -177,6 +198,8 @@ class DebugInfo:
             try:
                 elf = load_checked(fd, build_id, name)
                 self.found[label] = "debuginfod (cached)"
+                with contextlib.suppress(OSError):
+                    os.utime(fd)  # recently used: evicted last
                 return elf
             except (OSError, Refused):
                 with contextlib.suppress(OSError):
@@ -263,6 +286,7 @@ class DebugInfo:
                     while view:
                         view = view[os.write(fd, view):]
             elf = load_checked(fd, build_id, "what it sent")
+            evict(cache_fd, CACHE_FACTOR * size_cap - written)
             os.rename(part, name, src_dir_fd=cache_fd, dst_dir_fd=cache_fd)
             part = ""
             return elf

@@ -349,3 +349,21 @@ def test_settings_that_are_not_numbers_are_ignored_with_a_reason(
         "DEBUGINFOD_URLS: ftp://x is not an http(s) URL: not used",
         "DEBUGINFOD_MAXSIZE=-1 is not a positive number: 536870912 used",
         "DEBUGINFOD_MAXTIME=soon is not a positive number: 30.0 used"]
+
+
+def test_the_cache_keeps_at_most_twice_the_size_cap_dropping_the_least_recently_used(
+        lib: dict[str, ModuleType], built: Built, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    size = built.debug.stat().st_size
+    for age, name in enumerate(["old", "recent"]):
+        (cache / f"{name}.debug").write_bytes(b"\0" * size)
+        os.utime(cache / f"{name}.debug", (1000 + age, 1000 + age))
+    (cache / "gone.miss").write_bytes(b"")
+    # 2 x the cap holds 2.5 files: the new one and the more recently used one stay.
+    cap = size * 5 // 4
+    elf, found, _, _ = fetch(lib, send(built.debug.read_bytes()), built.build_id, cache,
+                             DEBUGINFOD_MAXSIZE=str(cap))
+    assert elf is not None, found.problems
+    assert sorted(p.name for p in cache.iterdir()) == [
+        f"{built.build_id}.debug", "gone.miss", "recent.debug"]
