@@ -34,6 +34,8 @@ MAXSIZE_ENV = "DEBUGINFOD_MAXSIZE"
 MAXTIME_ENV = "DEBUGINFOD_MAXTIME"
 DEFAULT_MAXSIZE = 512 << 20
 DEFAULT_MAXTIME = 30.0
+MAX_MAXSIZE = 16 << 30  # the webhook's bounds (webhook/config.py)
+MAX_MAXTIME = 600
 # All fetches of one recording together: a profile touching many stripped libraries of a slow
 # server waits at most this many times the per-binary time.
 BUDGET_FACTOR = 3
@@ -67,7 +69,8 @@ def config(environ: Mapping[str, str]) -> Config:
         else:
             found.problems.append(f"{URLS_ENV}: {common.printable(url)[:100]} is not an http(s) "
                                   "URL: not used")
-    for name, attribute, kind in ((MAXSIZE_ENV, "max_size", int), (MAXTIME_ENV, "max_time", float)):
+    for name, attribute, kind, limit in ((MAXSIZE_ENV, "max_size", int, MAX_MAXSIZE),
+                                         (MAXTIME_ENV, "max_time", float, MAX_MAXTIME)):
         text = environ.get(name)
         if not text:
             continue
@@ -75,11 +78,11 @@ def config(environ: Mapping[str, str]) -> Config:
             value = kind(text)
         except ValueError:
             value = 0
-        if value > 0:
+        if 0 < value <= limit:
             setattr(found, attribute, value)
         else:
-            found.problems.append(f"{name}={common.printable(text)[:40]} is not a positive "
-                                  f"number: {getattr(found, attribute)} used")
+            found.problems.append(f"{name}={common.printable(text)[:40]} is not a number in "
+                                  f"(0, {limit}]: {getattr(found, attribute)} used")
     return found
 
 

@@ -347,8 +347,11 @@ def test_settings_that_are_not_numbers_are_ignored_with_a_reason(
     assert config.max_size == lib["debuginfo"].DEFAULT_MAXSIZE
     assert config.problems == [
         "DEBUGINFOD_URLS: ftp://x is not an http(s) URL: not used",
-        "DEBUGINFOD_MAXSIZE=-1 is not a positive number: 536870912 used",
-        "DEBUGINFOD_MAXTIME=soon is not a positive number: 30.0 used"]
+        "DEBUGINFOD_MAXSIZE=-1 is not a number in (0, 17179869184]: 536870912 used",
+        "DEBUGINFOD_MAXTIME=soon is not a number in (0, 600]: 30.0 used"]
+    for endless in ("inf", "nan", "1e9"):
+        config = lib["debuginfo"].config({"DEBUGINFOD_MAXTIME": endless})
+        assert config.max_time == 30.0 and len(config.problems) == 1, endless
 
 
 def test_the_cache_keeps_at_most_twice_the_size_cap_dropping_the_least_recently_used(
