@@ -88,6 +88,11 @@ AUDIT_GRANT: Final = "grant"
 # Environment of the toolset container (injected sidecar and attached ephemeral container).
 ENV_PROFILE: Final = "SIDECAR_DEBUG_PROFILE"  # the profile it runs with
 ENV_TECHNIQUES: Final = "SIDECAR_DEBUG_TECHNIQUES"  # comma-separated techniques of that profile
+# debuginfod for stripped binaries (settings debuginfodUrls, ...; only with URLs): elfutils'
+# names, read by toolset/lib/debuginfo.py (and by elfutils' own tools in the toolset).
+ENV_DEBUGINFOD_URLS: Final = "DEBUGINFOD_URLS"
+ENV_DEBUGINFOD_MAXTIME: Final = "DEBUGINFOD_MAXTIME"
+ENV_DEBUGINFOD_MAXSIZE: Final = "DEBUGINFOD_MAXSIZE"
 # Pods that run to completion (restartPolicy Never/OnFailure) without native sidecars: the
 # toolset exits 0 once the app's processes are gone, so that the Job completes
 # (toolset/bin/toolset-entrypoint reads them).

@@ -932,3 +932,25 @@ def test_rendered_policies_load_in_the_webhook(sets: list[str], tmp_path: Path) 
         (tmp_path / key).write_text(text)
     settings = load_rendered_settings(manifest, tmp_path / "settings")
     load_policy(str(tmp_path), settings.profiles)
+
+
+# ---------------------------------------------------------------- debuginfod
+
+def test_debuginfod_servers_reach_the_settings_only_when_set() -> None:
+    assert not any(key.startswith("debuginfod") for key in render().config())
+    config = render(sets=["toolset.debuginfod.urls=https://debuginfod.example http://10.1.2.3:8002",
+                          "toolset.debuginfod.timeoutSeconds=10"]).config()
+    assert (config["debuginfodUrls"], config["debuginfodTimeoutSeconds"],
+            config["debuginfodMaxBytes"]) == (
+        "https://debuginfod.example http://10.1.2.3:8002", 10, 512 << 20)
+    settings = load_settings(environ={}, overrides={
+        "debuginfod_urls": config["debuginfodUrls"]})  # the webhook accepts what it renders
+    assert settings.debuginfod_urls == config["debuginfodUrls"]
+
+
+@pytest.mark.parametrize("value", ["toolset.debuginfod.urls=file:///etc",
+                                   "toolset.debuginfod.urls=debuginfod.example",
+                                   "toolset.debuginfod.timeoutSeconds=0",
+                                   "toolset.debuginfod.maxSizeBytes=1000"])
+def test_debuginfod_values_are_checked(value: str) -> None:
+    assert "debuginfod" in template_error(sets=[value])

