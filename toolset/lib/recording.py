@@ -385,14 +385,9 @@ def run_perf(options: Options, work: str) -> Run:
     # binary -> how its frames were unwound ("dwarf-cfi", "frame-pointer", or both joined by +)
     methods = {dso.label: "+".join(sorted(dso.methods))
                for dso in unwinder.dsos.values() if dso.methods}
-<<<<<<< HEAD
-    warnings += opener.problems[:5]
+    warnings += opener.problems[:5] + opener.debuginfo.problems[:5]
     used_kib = buffer_kib or perf_limits.default_kib(access.facts)
     buffer_line = perf_limits.buffer_line(access.facts, used_kib, lost)
-=======
-    warnings += opener.problems[:5] + opener.debuginfo.problems[:5]
-    lost = re.findall(r"(\d+) (?:samples|chunks|events) lost", stderr)
->>>>>>> debuginfod-node
     if lost:
         warnings.append(f"{buffer_line}: counts are lower than the truth")
     runtime_hint = "java" if java else target.runtime

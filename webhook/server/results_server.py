@@ -13,7 +13,6 @@ from gunicorn.app.base import BaseApplication
 from webhook.server.gunicorn_logging import JsonGunicornLogger
 from webhook.server.gunicorn_worker import PLAIN_BIND_ENV
 
-
 # Answered often and alike: the kubelet's probes, and every toolset's plan request (a fleet of
 # 5,000 pods asks 250 times a second). Counted on /metrics by route and code; a refused plan is
 # still logged.

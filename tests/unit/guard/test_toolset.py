@@ -44,7 +44,7 @@ def injected(profile: str = "full", cfg: Settings | None = None, **spec: Any) ->
     """The pod as the webhook injects it (offline inject runs the same pipeline)."""
     result = inject_workload(app_pod(profile, **spec), cfg or default_settings())
     assert result.changed, result.outcomes
-    return copy.deepcopy(result.document)  # type: ignore[no-any-return]
+    return copy.deepcopy(result.document)
 
 
 SECCOMP_ANNOTATION = {"Unconfined": "unconfined", "RuntimeDefault": "runtime/default"}
