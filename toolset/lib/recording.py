@@ -284,6 +284,21 @@ def choose_technique(options: Options, runtime: str) -> str:
 
 # --- perf -------------------------------------------------------------------------------------
 
+def record_once(command: list[str], options: Options, *, merged: bool) -> tuple[int, str]:
+    """Run a recorder for the recording's seconds, showing progress: (exit code, what it said).
+    `merged`: its stdout and stderr are one stream (py-spy); else its stderr alone (perf, whose
+    stdout is not read)."""
+    options.progress(f"recording {options.seconds:g} s at {options.frequency} Hz "
+                     f"({options.type}): {' '.join(command)}")
+    recorder = subprocess.Popen(command, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE if merged else subprocess.DEVNULL,
+                                stderr=subprocess.STDOUT if merged else subprocess.PIPE,
+                                text=True)
+    common.wait_with_progress(options.seconds, "recording", recorder)
+    output, errors = recorder.communicate()
+    return recorder.returncode, output if merged else errors
+
+
 def perf_command(perf: str, options: Options, access: Access, data: str,
                  frame_pointers: bool, buffer_kib: int | None = None) -> list[str]:
     modifier = "u" if access.user_only else ""  # event-term syntax: cpu-clock/freq=99/u
@@ -357,14 +372,9 @@ def run_perf(options: Options, work: str) -> Run:
     recording_started = time.monotonic()
     for buffer_kib in plan.sizes:
         command = perf_command(perf, options, access, data, frame_pointers, buffer_kib)
-        options.progress(f"recording {options.seconds:g} s at {options.frequency} Hz "
-                         f"({options.type}): {' '.join(command)}")
         recording_started = time.monotonic()
-        recorder = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE, text=True)
-        common.wait_with_progress(options.seconds, "recording", recorder)
-        _, stderr = recorder.communicate()
-        if recorder.returncode == 0 and os.path.exists(data):
+        returncode, stderr = record_once(command, options, merged=False)
+        if returncode == 0 and os.path.exists(data):
             break
         if buffer_kib is not None and perf_limits.mapping_refused(stderr):
             # Another perf of this uid on the node may hold part of the budget: halve.
@@ -545,13 +555,8 @@ def run_pyspy(options: Options, work: str) -> Run:
     native = why_not_native is None
     while True:
         command = pyspy_command(pyspy, options, out, native)
-        options.progress(f"recording {options.seconds:g} s at {options.frequency} Hz "
-                         f"({options.type}): {' '.join(command)}")
-        recorder = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True)
-        common.wait_with_progress(options.seconds, "recording", recorder)
-        output, _ = recorder.communicate()
-        if recorder.returncode == 0 and os.path.exists(out):
+        returncode, output = record_once(command, options, merged=True)
+        if returncode == 0 and os.path.exists(out):
             break
         if native and native_refused(output):
             native, why_not_native = False, last_line(output)
