@@ -15,6 +15,7 @@ import datetime as dt
 import difflib
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -505,7 +506,10 @@ class PolicyStore:
     """The current Policy, reloaded when the files change (looked at every few seconds).
 
     current() never waits for a reload: when the interval has passed it starts one in a thread
-    of its own (at most one at a time) and answers with the policy in force. The new policy is
+    of its own (at most one at a time) and answers with the policy in force. A watcher thread
+    (one per process, started by the first current() so that it lives in a forked worker)
+    also looks every interval: a change takes effect without waiting for a review to notice
+    it, so the first pod after an edit already meets the new policy. The new policy is
     built aside and swapped in with one assignment; a broken change is logged once, counted
     (sidecar_debug_policy_reloads_total{outcome="failed"}) and the last good policy stays.
     The start-up load raises, so a webhook never starts with a policy it cannot read.
@@ -518,8 +522,12 @@ class PolicyStore:
         *,
         check_interval: float = RELOAD_CHECK_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        watch: bool | None = None,
     ) -> None:
         self.path = path
+        # A test's fake clock drives reloads itself; a watcher on real time would race it.
+        self._watch = (clock is time.monotonic) if watch is None else watch
+        self._watcher_pid: int | None = None
         self._profiles = profiles
         self._interval = check_interval
         self._clock = clock
@@ -544,15 +552,36 @@ class PolicyStore:
             return ("unreadable", str(exc))
 
     def current(self) -> Policy:
-        if self.path is None or self._clock() < self._next_check:
+        if self.path is None:
             return self._policy
+        if self._watch and self._watcher_pid != os.getpid():
+            self._start_watcher()
+        if self._clock() >= self._next_check:
+            self._start_reload()
+        return self._policy
+
+    def _start_reload(self) -> None:
         with self._lock:
             if self._clock() >= self._next_check and self._reloading is None:
                 self._next_check = self._clock() + self._interval
                 self._reloading = threading.Thread(target=self._reload, name="policy-reload",
                                                    daemon=True)
                 self._reloading.start()
-        return self._policy
+
+    def _start_watcher(self) -> None:
+        with self._lock:
+            if self._watcher_pid == os.getpid():
+                return
+            self._watcher_pid = os.getpid()
+            # Threads do not survive a fork: a gunicorn worker starts its own on first use.
+            self._reloading = None
+        threading.Thread(target=self._watch_files, name="policy-watch", daemon=True).start()
+
+    def _watch_files(self) -> None:
+        pid = os.getpid()
+        while self._watcher_pid == pid:
+            time.sleep(self._interval)
+            self._start_reload()
 
     def wait_for_reload(self, timeout: float | None = None) -> None:
         """Until a reload in progress has ended (for tests and `policy` commands)."""

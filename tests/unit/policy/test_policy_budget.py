@@ -158,3 +158,18 @@ def _check(text: str) -> None:
         except PolicyError as error:
             assert str(error) and all(line.startswith("fuzz.yaml") for line in
                                       str(error).splitlines()), str(error)
+
+
+def test_an_edit_takes_effect_before_any_review_notices_it(tmp_path: Path) -> None:
+    """The first pod after an edit meets the new policy: the watcher thread, not the review
+    that happens to come first after the interval, starts the reload."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(policy_text("mode: skip"))
+    store = PolicyStore(str(path), PROFILES, check_interval=0.05)
+    assert store.current().defaults.mode == "skip"  # starts the watcher in this process
+    path.write_text(policy_text("mode: deny"))
+    os.utime(path, ns=(1, 10**18))
+    deadline = time.monotonic() + 10
+    while store._policy.defaults.mode != "deny" and time.monotonic() < deadline:
+        time.sleep(0.02)  # no current() call meanwhile: nothing but the watcher reloads
+    assert store.current().defaults.mode == "deny"
