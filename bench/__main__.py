@@ -20,7 +20,7 @@ from bench.servers import ServerSpec
 from webhook.config import Settings
 
 SECTIONS = ("handler", "guard", "workers", "slow-clients", "scaling", "guard-core", "memory",
-            "e2e", "render", "flamegraph", "flamegraph-demo")
+            "e2e", "render", "flamegraph", "flamegraph-demo", "fleet", "results-isolation")
 WORKER_CONFIGS = (
     "sync:2,gthread:2x4,balanced:1x4,balanced:2x1,balanced:2x2,balanced:2x4,balanced:2x8,"
     "balanced:3x4,balanced:4x2"
@@ -80,6 +80,10 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
                         help="render section: distinct stacks of the synthetic profile")
     parser.add_argument("--flamegraph-rounds", type=int, default=3,
                         help="flamegraph section: interleaved rounds (podman, root)")
+    parser.add_argument("--fleet-pods", default="100,1000,5000",
+                        help="fleet section: injected pods (toolsets polling) per point")
+    parser.add_argument("--fleet-seconds", type=float, default=60,
+                        help="fleet section: steady-state seconds measured per point")
     parser.add_argument("--no-cluster", action="store_true",
                         help="skip the e2e section (the only one that needs Kubernetes)")
     parser.add_argument("--reuse-cluster", action="store_true",
@@ -98,6 +102,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         args.slow_configs = "balanced:2x4"
         args.render_stacks = min(args.render_stacks, 5000)
         args.flamegraph_rounds = 1
+        args.fleet_pods, args.fleet_seconds = "100", 20
     return args
 
 
@@ -120,9 +125,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     served = {"handler", "guard", "workers", "slow-clients", "memory"} & set(sections)
     if served and not loadgen.wrk_available():
         raise SystemExit("wrk is missing: apt-get install wrk (scripts/setup.sh does)")
-    if args.no_cluster and "e2e" in sections:
-        sections.remove("e2e")
-        _log("--no-cluster: skipping the e2e section")
+    for needs_cluster in ("e2e", "fleet"):
+        if args.no_cluster and needs_cluster in sections:
+            sections.remove(needs_cluster)
+            _log(f"--no-cluster: skipping the {needs_cluster} section")
     results: dict[str, Any] = {"meta": report.metadata(), "arguments": vars(args) | {
         "out": str(args.out)}}
     concurrencies = [int(c) for c in args.concurrency.split(",")]
@@ -135,7 +141,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="sidecar-debug-bench-") as tmp, \
             stub_api.stub_api(Path(tmp)) as stub_kubeconfig, \
-            _cluster("e2e" in sections, args.reuse_cluster) as cluster:
+            _cluster(bool({"e2e", "fleet"} & set(sections)), args.reuse_cluster) as cluster:
         workdir = Path(tmp)
         _, cert, key = servers.make_certs(workdir / "certs")
         # The served sections ask the stand-in API (cached answers, as in a cluster).
@@ -183,6 +189,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 cluster, workdir, modes=[m.strip() for m in args.e2e_modes.split(",")],
                 pods_per_run=args.pods, rounds=args.rounds, workers=args.workers,
                 threads=args.threads, log=_log)
+        if "fleet" in sections and cluster is not None:
+            from bench import fleet
+
+            results["fleet"] = fleet.fleet(
+                cluster, workdir, [int(n) for n in args.fleet_pods.split(",")],
+                steady_seconds=args.fleet_seconds, poll=20.0, log=_log)
+            save()
         if "render" in sections:
             from bench import render
 
@@ -201,6 +214,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
             results["flamegraph-demo"] = flamegraph_demo.flamegraph_demo_speed(
                 rounds=args.flamegraph_rounds, log=_log)
+            save()
+        if "results-isolation" in sections:
+            from bench import results_isolation
+
+            _log("results-isolation: a calm namespace's plans and pages under hostile pushes")
+            results["results-isolation"] = results_isolation.measure()
+            _log(f"results-isolation: {results['results-isolation']['baseline']} alone, "
+                 f"{results['results-isolation']['attacked']} under attack")
             save()
         results["meta"]["stub_api_calls"] = stub_api.calls()
     results["json"] = str(save())

@@ -131,6 +131,14 @@ def targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
             speed["render_cpu_ms"] < MAX_RENDER_MS,
             f"{speed['render_cpu_ms']:.0f} ms render + {speed['parse_cpu_ms']:.0f} ms parse",
             f"render < {MAX_RENDER_MS:.0f} ms"))
+        from bench.render import HOSTILE_CPU_MS, HOSTILE_PEAK_MIB
+
+        for row in speed.get("hostile", []):
+            rows.append(_target(
+                f"renderer input: {row['mb']} MB {row['input']} (CPU, traced peak)",
+                row["cpu_ms"] < HOSTILE_CPU_MS and row["peak_mib"] < HOSTILE_PEAK_MIB,
+                f"{row['cpu_ms']} ms, {row['peak_mib']} MiB ({row['outcome']})",
+                f"< {HOSTILE_CPU_MS:.0f} ms, < {HOSTILE_PEAK_MIB} MiB"))
     return rows
 
 
@@ -284,6 +292,11 @@ def render(results: Mapping[str, Any]) -> str:
              "frames drawn"],
             [[speed["parse_cpu_ms"], speed["render_cpu_ms"], speed["total_ms"],
               speed.get("browser_draw_ms", "-"), speed.get("frames_drawn", "-")]]))
+        if speed.get("hostile"):
+            out.append("Hostile inputs, read or refused (CPU, tracemalloc's peak):")
+            out.append(_table(["input", "MB", "CPU ms", "peak MiB", "outcome"],
+                              [[row["input"], row["mb"], row["cpu_ms"], row["peak_mib"],
+                                row["outcome"]] for row in speed["hostile"]]))
     flame = results.get("flamegraph")
     if flame:
         from bench import flamegraph

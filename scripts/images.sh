@@ -31,8 +31,12 @@ WEBHOOK_IMAGE="localhost/sidecar-debug/webhook:${VERSION}"
 TOOLSET_IMAGE="localhost/sidecar-debug/toolset:${VERSION}"
 TOOLSET_SLIM_IMAGE="localhost/sidecar-debug/toolset-slim:${VERSION}"
 # Sample apps, one per runtime the flame graphs are tested with (docs/techniques.md). Those whose
-# name ends in -trixie are built from the Debian 13 base.
-SAMPLE_IMAGES=(node python c go java python-trixie)
+# name ends in -trixie are built from the Debian 13 base; go-trixie from samples/go (one
+# Dockerfile, Debian 13's Go instead of Debian 12's).
+SAMPLE_IMAGES=(node node-official python c c-stripped go java python-trixie go-trixie)
+# Samples that run another sample's app: their build context is samples/ (the Dockerfile copies
+# e.g. node/app.js), and that app is one of their inputs.
+declare -A SAMPLE_APP=([node-official]=samples/node/app.js [c-stripped]=samples/c/hot.c)
 INPUTS_LABEL="io.sidecar-debug.inputs"
 FORCE=0
 
@@ -264,24 +268,38 @@ build_toolset_target() {
 # build_samples [NAME...]: the sample apps (default: all). Each prints its build time.
 build_samples() {
   build_base
-  local name image hash base started names=("$@")
+  local name dir image hash base started context names=("$@") args extra=()
   [ "${#names[@]}" -gt 0 ] || names=("${SAMPLE_IMAGES[@]}")
   for name in "${names[@]}"; do
-    [ -d "$ROOT/samples/$name" ] || die "no sample $name (samples/: ${SAMPLE_IMAGES[*]})"
+    dir="$name" args=()
+    if [ "$name" = go-trixie ]; then
+      # Debian 13's golang-go, whatever its version; both stages FROM the trixie base.
+      dir=go args=(--build-arg GOLANG_VERSION= --build-arg "BASE_IMAGE=$TRIXIE_BASE_IMAGE")
+    fi
+    [ -d "$ROOT/samples/$dir" ] || die "no sample $name (samples/: ${SAMPLE_IMAGES[*]})"
     image="localhost/sidecar-debug/sample-$name:$VERSION"
     base="$BASE_IMAGE"
     if [[ "$name" == *-trixie ]]; then
       build_base trixie "$TRIXIE_BASE_IMAGE"
       base="$TRIXIE_BASE_IMAGE"
     fi
-    hash="$(inputs_hash "base=$(image_id "$base")" "samples/$name")"
+    context="$ROOT/samples/$dir"
+    [ -z "${SAMPLE_APP[$name]:-}" ] || context="$ROOT/samples"
+    # A sample that installs from PyPI (it declares PIP_INDEX_URL) gets this machine's index.
+    extra=()
+    if grep -q '^ARG PIP_INDEX_URL' "$ROOT/samples/$dir/Dockerfile"; then
+      read -r -a extra <<<"$(pip_index_args)"
+      extra+=("$(ca_mount)")
+    fi
+    hash="$(inputs_hash "base=$(image_id "$base") ${args[*]}${extra[*]:+ ${extra[*]}}" \
+      "samples/$dir" ${SAMPLE_APP[$name]:+"${SAMPLE_APP[$name]}"})"
     if up_to_date "$image" "$hash"; then
       log "$image up to date"
       continue
     fi
     started=$SECONDS
-    FROM_IMAGE="$base" podman_build "$image" "$hash" "$ROOT/samples/$name" \
-      --file "$ROOT/samples/$name/Dockerfile"
+    FROM_IMAGE="$base" podman_build "$image" "$hash" "$context" \
+      --file "$ROOT/samples/$dir/Dockerfile" "${args[@]}" "${extra[@]}"
     log "sample $name: $((SECONDS - started)) s"
   done
 }

@@ -13,6 +13,8 @@ APT_PACKAGES=(
   podman debootstrap catatonit
   # benchmarks and scripts
   wrk jq curl python3-venv
+  # the toolset's debuginfod client is tested against a real server (tests/unit/toolset)
+  debuginfod gcc binutils
   # the results page's browser test (headless, DevTools protocol)
   chromium
 )

@@ -96,6 +96,12 @@ class Settings:
     # With certificatesMode self, also issue the results service's serving certificate for this
     # Service name (results.crt/results.key in the same Secret); empty: none.
     results_service_name: str = ""
+    # debuginfod servers the toolset asks for the debug symbols of stripped binaries (space-
+    # separated http(s) URLs, elfutils' DEBUGINFOD_URLS; empty: none, the toolset's own debug
+    # directory only), and its caps per binary: seconds and bytes (toolset/lib/debuginfo.py).
+    debuginfod_urls: str = ""
+    debuginfod_timeout_seconds: int = 30
+    debuginfod_max_bytes: int = 512 * 1024 * 1024
     # Certificates (see webhook.certs).
     certificates_mode: str = "provided"
     certificates_secret: str = constants.DEFAULT_CERTIFICATES_SECRET
@@ -305,5 +311,13 @@ def validate(settings: Settings) -> None:
                  f"must be an https:// URL, got {settings.results_url!r}")
         require(bool(settings.results_audience), "resultsAudience",
                  "must be set with resultsUrl (the toolsets' tokens are bound to it)")
+    for url in settings.debuginfod_urls.split():
+        require(url.startswith(("http://", "https://")) and url.isprintable()
+                and len(url) <= 2048, "debuginfodUrls",
+                f"must be space-separated http(s):// URLs, got {url!r}")
+    require(1 <= settings.debuginfod_timeout_seconds <= 600, "debuginfodTimeoutSeconds",
+            f"must be 1..600, got {settings.debuginfod_timeout_seconds}")
+    require(1 << 20 <= settings.debuginfod_max_bytes <= 16 << 30, "debuginfodMaxBytes",
+            f"must be 1 MiB..16 GiB, got {settings.debuginfod_max_bytes}")
     require(600 <= settings.results_token_seconds <= 86400, "resultsTokenSeconds",
              "must be 600..86400 (the API's minimum for a projected token is 10 minutes)")

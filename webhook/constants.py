@@ -88,6 +88,11 @@ AUDIT_GRANT: Final = "grant"
 # Environment of the toolset container (injected sidecar and attached ephemeral container).
 ENV_PROFILE: Final = "SIDECAR_DEBUG_PROFILE"  # the profile it runs with
 ENV_TECHNIQUES: Final = "SIDECAR_DEBUG_TECHNIQUES"  # comma-separated techniques of that profile
+# debuginfod for stripped binaries (settings debuginfodUrls, ...; only with URLs): elfutils'
+# names, read by toolset/lib/debuginfo.py (and by elfutils' own tools in the toolset).
+ENV_DEBUGINFOD_URLS: Final = "DEBUGINFOD_URLS"
+ENV_DEBUGINFOD_MAXTIME: Final = "DEBUGINFOD_MAXTIME"
+ENV_DEBUGINFOD_MAXSIZE: Final = "DEBUGINFOD_MAXSIZE"
 # Pods that run to completion (restartPolicy Never/OnFailure) without native sidecars: the
 # toolset exits 0 once the app's processes are gone, so that the Job completes
 # (toolset/bin/toolset-entrypoint reads them).
@@ -132,6 +137,9 @@ SCHEDULE_TECHNIQUE_NEEDS: Final = {TECHNIQUE_PERF: "perf", TECHNIQUE_BPFTRACE_PR
 # Retention of the stored results, read by the results service (chart: results.retention).
 ENV_RESULTS_KEEP: Final = "SIDECAR_DEBUG_RESULTS_KEEP"  # runs kept per pod
 ENV_RESULTS_MAX_AGE: Final = "SIDECAR_DEBUG_RESULTS_MAX_AGE"  # e.g. 30d
+# Bytes a namespace's runs may take (chart: results.quotaPerNamespace): "25%" of the volume,
+# a size ("500Mi"), or "0" for none; the oldest runs of the namespace go first.
+ENV_RESULTS_NAMESPACE_QUOTA: Final = "SIDECAR_DEBUG_RESULTS_NAMESPACE_QUOTA"
 
 # The results service (webhook.results.service): the toolset's results agent pulls its plan and
 # pushes its runs over HTTPS with a projected, audience-bound ServiceAccount token that the

@@ -202,6 +202,12 @@ def split(data: bytes) -> list[Chunk]:
     return chunks
 
 
+def has_content(chunk: Chunk) -> bool:
+    """The document has a line of YAML content: not only its `---` marker, comments and blank
+    lines (such a document is null, and kubectl skips it as no object)."""
+    return chunk.index > 0 and _CONTENT.search(chunk.raw) is not None
+
+
 def decode(chunk: Chunk) -> str:
     """The chunk as text; Problem naming the line of the first byte that is not UTF-8 text."""
     try:
@@ -263,10 +269,14 @@ def _aliases_problem(line: int, anchor: str, recursive: bool) -> Problem:
     )
 
 
-def scan(text: str, chunk: Chunk) -> str | None:
+def scan(text: str, chunk: Chunk, *, max_depth: int | None = None,
+         duplicates: bool = True) -> str | None:
     """The document's top-level `kind` (None when it has none); Problem on a syntax error, a
-    duplicate key, or aliases that expand it beyond ALIAS_NODE_BUDGET, with the input's line.
-    Builds no Python objects: its time is linear in the text, whatever the aliases expand to."""
+    duplicate key (unless `duplicates` is false: the caller reports them its own way),
+    collections nested deeper than `max_depth`, or aliases that expand it beyond
+    ALIAS_NODE_BUDGET, with the input's line. Builds no Python objects: its time is linear in
+    the text, whatever the aliases expand to (the budget of every YAML loader: offline inject,
+    `guard check`, policy files)."""
     # Each open collection: [is a mapping, expecting a key next, {key: its line}, nodes in it
     # (aliases expanded), its anchor].
     stack: list[list[Any]] = []
@@ -321,7 +331,7 @@ def scan(text: str, chunk: Chunk) -> str | None:
                     if cls is yaml.ScalarEvent and event.value != "<<":
                         identity = _key_identity(event)
                         first = parent[2].get(identity)
-                        if first is not None:
+                        if first is not None and duplicates:
                             raise Problem(
                                 chunk.input_line(event.start_mark.line),
                                 f"duplicate key {event.value!r} in a mapping (first at line "
@@ -334,6 +344,10 @@ def scan(text: str, chunk: Chunk) -> str | None:
                     parent[1] = True
                     if len(stack) == 1 and last_key == "kind" and cls is yaml.ScalarEvent:
                         kind = event.value
+            if max_depth is not None and len(stack) >= max_depth and (
+                    cls is yaml.MappingStartEvent or cls is yaml.SequenceStartEvent):
+                raise Problem(chunk.input_line(event.start_mark.line),
+                              f"lists and mappings nested more than {max_depth} deep")
             if cls is yaml.MappingStartEvent:
                 stack.append([True, True, {}, 1, event.anchor])
             elif cls is yaml.SequenceStartEvent:
@@ -727,3 +741,34 @@ def merge(node: Any, old: Any, new: Any) -> Any:
             node.fa.set_block_style()  # `[]` or `[a]` + new items: one item per line
         return node
     return to_node(new)
+
+
+def dump_plain(value: Any) -> str:
+    """A plain value as a block YAML document as kubectl writes one (2-space mappings, dashes
+    at the key's column), key order kept, every string read back as a string (`inject -o yaml`
+    of JSON input)."""
+    out = io.StringIO()
+    _yaml().dump(to_node(value), out)
+    return out.getvalue()
+
+
+def plain_documents(data: bytes) -> list[Any]:
+    """Every document of a YAML stream as plain data (the core schema, as inject reads it);
+    those that cannot be read are left out (inject has reported them already)."""
+    if data.startswith(UTF8_BOM):
+        data = data[len(UTF8_BOM) :]
+    found: list[Any] = []
+    for chunk in split(data):
+        if not chunk.index:
+            continue
+        try:
+            text = decode(chunk)
+            _, body, _ = parts(text)
+            plain = fast_load(body)
+            if plain is None:
+                plain = to_plain(load(text, chunk).tree)
+        except Problem:
+            continue
+        if plain is not None:
+            found.append(plain)
+    return found

@@ -34,6 +34,12 @@ GUARD_LATENCY = Histogram(
     "Time to answer one review of the guard, from parsed body to response.",
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
+POLICY_RELOADS = Counter(
+    "sidecar_debug_policy_reloads_total",
+    "Reloads of changed policy files, by outcome (reloaded; failed: the last good policy stays "
+    "in force, the log says which file and line).",
+    ["outcome"],
+)
 HTTP_ERRORS = Counter(
     "sidecar_debug_http_errors_total",
     "Requests refused before review (bad content type, size, JSON), by status code.",

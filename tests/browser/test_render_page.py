@@ -285,7 +285,9 @@ def test_differential_graph_colours_and_downloads(tmp_path: Path, browser: Brows
     assert drawn["fibonacci"]["fill"].endswith(",255)")  # shrank: blue
     assert "gc" not in drawn  # not in B: no width
     tips = [tip for tip in tooltips(browser) if tip.startswith("fibonacci\n")]
-    assert tips == ["fibonacci\nA 70, B 20 samples (-50), 20.00 % of all B"]
+    assert tips == ["fibonacci\nA 70 samples, B 20 samples (-50 samples), 20.00 % of all B"]
+    assert browser.evaluate("document.getElementById('samples').textContent") == (
+        "samples: A 100 samples, B 100 samples")
     assert browser.evaluate("document.getElementById('legend').hidden") is False
     assert browser.evaluate("[...document.querySelectorAll('#downloads button')]"
                             ".filter(b => !b.hidden).map(b => b.textContent)") == ["folded"]
@@ -293,4 +295,41 @@ def test_differential_graph_colours_and_downloads(tmp_path: Path, browser: Brows
     name, path = browser.wait_download()
     assert name == "b.diff.folded"
     assert folded.parse_diff(path.read_text())[("node", "gc")] == (10, 0)
+    assert browser.console_errors() == []
+
+
+def test_a_differential_graph_says_which_numbers_are_scaled(tmp_path: Path,
+                                                             browser: Browser) -> None:
+    """A has 1,377 samples, B 1,882: the header gives each side's real total, the tooltip A's
+    real count and its value scaled to B's total (which the colours compare)."""
+    (tmp_path / "a.folded").write_text("main;fib 1000\nmain;gc 377\n")
+    (tmp_path / "b.folded").write_text("main;fib 1000\nmain;gc 882\n")
+    assert main(["render", str(tmp_path / "b.folded"), "--diff", str(tmp_path / "a.folded"),
+                 "-o", str(tmp_path / "diff.html")]) == 0
+    open_page(browser, (tmp_path / "diff.html").as_uri())
+    assert browser.evaluate("document.getElementById('samples').textContent") == (
+        "samples: A 1377 samples, B 1882 samples (A scaled \u00d71.37 to compare)")
+    tips = [tip for tip in tooltips(browser) if tip.startswith("fib\n")]
+    assert tips == ["fib\nA 1000 samples (1366.7 samples scaled), B 1000 samples "
+                    "(-366.7 samples against scaled A), 53.13 % of all B"]
+    assert frames(browser)["fib"]["fill"].endswith(",255)")  # a smaller share of B: blue
+    assert browser.console_errors() == []
+
+
+def test_weighted_profiles_read_in_seconds_and_bytes(tmp_path: Path, browser: Browser) -> None:
+    """Go's CPU profile (nanoseconds) as `go tool pprof` shows it, not 620000000 ns; an empty
+    frame name is shown as such."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "profiles"
+    assert main(["render", str(fixtures / "go-cpu.pb.gz"), "-o", str(tmp_path / "cpu.html")]) == 0
+    open_page(browser, (tmp_path / "cpu.html").as_uri())
+    assert browser.evaluate("document.getElementById('samples').textContent") == (
+        "total: 620 ms")
+    tips = [tip for tip in tooltips(browser) if tip.startswith("main.main\n")]
+    assert tips and re.fullmatch(r"main\.main\n[0-9.]+ ms, [0-9.]+ % of all, [0-9.]+ % of the "
+                                 r"parent", tips[0]), tips
+    (tmp_path / "empty.folded").write_text("main;;leaf 3\n 1\n")
+    assert main(["render", str(tmp_path / "empty.folded"), "-o", str(tmp_path / "e.html")]) == 0
+    open_page(browser, (tmp_path / "e.html").as_uri())
+    assert "(empty frame name)\n3 samples, 75.00 % of all, 100.00 % of the parent" in tooltips(
+        browser)
     assert browser.console_errors() == []

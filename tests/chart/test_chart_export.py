@@ -110,3 +110,30 @@ def test_the_results_network_policy_lets_exports_out() -> None:
         "results.export.egressTo[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name"
         "=monitoring"]))
     assert scoped[len(plain):] == [{"ports": [{"port": 4040, "protocol": "TCP"}], "to": [peer]}]
+
+
+def test_an_otlp_sink_gets_its_settings_secret_and_port() -> None:
+    manifest = render(sets=[*ON, "results.export.otlp.url=http://otel-collector.monitoring:4318",
+                            "results.export.otlp.existingSecret=otel-creds",
+                            "results.export.otlp.resourceAttributes.deployment\\.environment"
+                            "\\.name=prod"])
+    [(pod, container)] = exporting(manifest)
+    value = next(e["value"] for e in container["env"] if e["name"] == ENV_EXPORT)
+    [sink] = ExportSettings.from_environ({ENV_EXPORT: value}).sinks
+    assert (sink.kind, sink.url, sink.name) == (
+        "otlp", "http://otel-collector.monitoring:4318", "http/protobuf")
+    assert sink.labels == {"deployment.environment.name": "prod"}
+    assert sink.secret_dir == SECRETS_ROOT / "otlp"
+    assert [v for v in pod["volumes"] if v["name"].startswith("export-")] == [
+        {"name": "export-otlp", "secret": {"secretName": "otel-creds"}}]
+    [policy] = [p for p in manifest.all("NetworkPolicy")
+                if p["metadata"]["name"].endswith("-results")]
+    assert {"ports": [{"port": 4318, "protocol": "TCP"}]} in policy["spec"]["egress"]
+
+
+@pytest.mark.parametrize(("value", "field"), [
+    ("results.export.otlp.protocol=grpc", "protocol"),
+    ("results.export.otlp.resourceAttributes.k8s\\.pod\\.name=x", "k8s.pod.name"),
+])
+def test_the_schema_refuses_what_the_otlp_exporter_would(value: str, field: str) -> None:
+    assert field in template_error(sets=[*ON, "results.export.otlp.url=http://c:4318", value])

@@ -51,7 +51,8 @@ NAMESPACE_GUARD_ENTRIES = [
 GUARD_RULES = [
     {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
      "resources": ["pods"], "scope": "Namespaced"},
-    *EPHEMERAL_RULES,
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+     "resources": ["pods/ephemeralcontainers", "pods/status"], "scope": "Namespaced"},
 ]  # fmt: skip
 # The three disjoint parts of the namespaces: opted in; guard-labelled; neither.
 GUARDED_OPT_IN = {"debug": ("In", ["enabled"]), "kubernetes.io/metadata.name": ("NotIn", EXCLUDED)}
@@ -838,13 +839,69 @@ def test_notes_warn_about_risky_values() -> None:
     assert "SubjectAccessReview" in text
 
 
-def test_old_kubernetes_warning_about_namespace_name_label() -> None:
-    manifest = render(kube_version=KUBE_OLD)
-    # The render still excludes by name (effective once the namespaces carry the label) ...
-    hook = manifest.webhooks()["namespace.sidecar-debug.io"]
-    assert "kubernetes.io/metadata.name" in expressions(hook["namespaceSelector"])
-    # ... and the webhook's own settings exclude them regardless.
+NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+@pytest.mark.parametrize("sets", [[], ["namespaceGate.enabled=true"], ["guard.enabled=false"]])
+def test_below_1_21_no_entry_excludes_by_the_name_label(sets: list[str]) -> None:
+    """Issue 24: on 1.20 anyone who may patch a namespace can label it
+    kubernetes.io/metadata.name=kube-system. No entry may leave a namespace out by that label
+    (the webhook skips the excluded namespaces by the request's name), and the name label's
+    gate refuses forged values, for everyone, failing closed."""
+    manifest = render(kube_version=KUBE_OLD, sets=sets)
+    hooks = {**manifest.webhooks(), **(manifest.validating_webhooks() if manifest.has(
+        "ValidatingWebhookConfiguration") else {})}
+    assert hooks
+    for name, hook in hooks.items():
+        for selector in ("namespaceSelector", "objectSelector"):
+            found = expressions(hook[selector]) if hook.get(selector) else {}
+            if name == "namespace-name.sidecar-debug.io" and selector == "objectSelector":
+                assert found == {NAME_LABEL: ("Exists", [])}
+            else:
+                assert NAME_LABEL not in found, (name, selector)
+    # The webhook's own settings exclude them by name.
     assert manifest.config()["excludedNamespaces"] == EXCLUDED
+    if manifest.has("ValidatingWebhookConfiguration"):
+        gate = hooks["namespace-name.sidecar-debug.io"]
+        assert gate["failurePolicy"] == "Fail" and gate["sideEffects"] == "None"
+        assert gate["rules"] == [
+            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+             "resources": ["namespaces"], "scope": "Cluster"}]  # fmt: skip
+        assert gate["clientConfig"]["service"]["path"] == "/validate-namespace-name"
+        assert "namespaceSelector" not in gate
+
+
+def test_from_1_21_the_protected_name_label_excludes_and_needs_no_gate() -> None:
+    hooks = {**render().webhooks(), **render().validating_webhooks()}
+    assert "namespace-name.sidecar-debug.io" not in hooks
+    for name, hook in hooks.items():
+        assert expressions(hook["namespaceSelector"])[NAME_LABEL] == ("NotIn", EXCLUDED), name
+
+
+def _warnings(tmp_path: Path, kube_version: str) -> str:
+    """The warnings NOTES.txt prints (`sidecar-debug.validateValues`) for a Kubernetes version:
+    `helm install --dry-run` takes no --kube-version, so a copy of the chart shows them in a
+    ConfigMap rendered by `helm template`."""
+    import shutil
+
+    chart = tmp_path / "sidecar-debug"
+    shutil.copytree(CHART, chart)
+    (chart / "templates" / "zz-warnings.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: warnings}\n"
+        "data:\n  text: {{ include \"sidecar-debug.validateValues\" . | quote }}\n")
+    result = run_helm("template", "sd", str(chart), "-n", NAMESPACE, "--kube-version",
+                      kube_version, "--show-only", "templates/zz-warnings.yaml", chart=chart)
+    assert result.returncode == 0, result.stderr
+    return str(yaml.safe_load(result.stdout)["data"]["text"])
+
+
+def test_old_kubernetes_notes_say_the_name_label_is_not_relied_on(tmp_path: Path) -> None:
+    text = _warnings(tmp_path, KUBE_OLD)
+    assert "neither sets nor protects the namespace label kubernetes.io/metadata.name" in text
+    assert "no webhook entry of this chart selects by it" in text
+    assert "refuses any value of that label other than the namespace's own name" in text
+    assert "kubectl get namespaces -L kubernetes.io/metadata.name" in text
+    assert "metadata.name" not in _warnings(tmp_path / "new", KUBE_NEW)
 
 
 def test_settings_loader_rejects_what_the_chart_must_never_render(tmp_path: Path) -> None:
@@ -875,3 +932,25 @@ def test_rendered_policies_load_in_the_webhook(sets: list[str], tmp_path: Path) 
         (tmp_path / key).write_text(text)
     settings = load_rendered_settings(manifest, tmp_path / "settings")
     load_policy(str(tmp_path), settings.profiles)
+
+
+# ---------------------------------------------------------------- debuginfod
+
+def test_debuginfod_servers_reach_the_settings_only_when_set() -> None:
+    assert not any(key.startswith("debuginfod") for key in render().config())
+    config = render(sets=["toolset.debuginfod.urls=https://debuginfod.example http://10.1.2.3:8002",
+                          "toolset.debuginfod.timeoutSeconds=10"]).config()
+    assert (config["debuginfodUrls"], config["debuginfodTimeoutSeconds"],
+            config["debuginfodMaxBytes"]) == (
+        "https://debuginfod.example http://10.1.2.3:8002", 10, 512 << 20)
+    settings = load_settings(environ={}, overrides={
+        "debuginfod_urls": config["debuginfodUrls"]})  # the webhook accepts what it renders
+    assert settings.debuginfod_urls == config["debuginfodUrls"]
+
+
+@pytest.mark.parametrize("value", ["toolset.debuginfod.urls=file:///etc",
+                                   "toolset.debuginfod.urls=debuginfod.example",
+                                   "toolset.debuginfod.timeoutSeconds=0",
+                                   "toolset.debuginfod.maxSizeBytes=1000"])
+def test_debuginfod_values_are_checked(value: str) -> None:
+    assert "debuginfod" in template_error(sets=[value])

@@ -139,4 +139,15 @@ def test_retention_values_reach_the_service() -> None:
     pod = results_pod(render(sets=[*ON, "results.retention.count=7",
                                    "results.retention.maxAge=12h"]))
     env = {e["name"]: e.get("value") for e in pod["containers"][0].get("env", [])}
-    assert env == {"SIDECAR_DEBUG_RESULTS_KEEP": "7", "SIDECAR_DEBUG_RESULTS_MAX_AGE": "12h"}
+    assert env == {"SIDECAR_DEBUG_RESULTS_KEEP": "7", "SIDECAR_DEBUG_RESULTS_MAX_AGE": "12h",
+                   "SIDECAR_DEBUG_RESULTS_NAMESPACE_QUOTA": "25%"}
+
+
+def test_the_namespace_quota_reaches_the_service_and_is_checked() -> None:
+    for value, expected in (("500Mi", "500Mi"), ("10%", "10%"), ("0", "0")):
+        pod = results_pod(render(sets=[*ON, f"results.quotaPerNamespace={value}"]))
+        env = {e["name"]: e.get("value") for e in pod["containers"][0].get("env", [])}
+        assert env["SIDECAR_DEBUG_RESULTS_NAMESPACE_QUOTA"] == expected
+    for bad in ("lots", "25 %", "1.5Gi", "-1"):
+        assert "quotaPerNamespace" in template_error(
+            sets=[*ON, f"results.quotaPerNamespace={bad}"]), bad

@@ -22,6 +22,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -119,14 +120,15 @@ def sinks() -> Iterator[dict[str, FakeSink]]:
         yield {"pyroscope": pyroscope, "parca": parca}
 
 
-@pytest.fixture(scope="module")
-def service(lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory,
-            sinks: dict[str, FakeSink]) -> Iterator[Service]:
-    work = tmp_path_factory.mktemp("results-service")
-    lite_cluster.kubectl("create", "namespace", SYSTEM, check=False)
-    chart_rbac(lite_cluster)
-    wait_for_account(lite_cluster, SYSTEM, SA)
-    kubeconfig = kubeconfig_with_token(lite_cluster, token_request(lite_cluster, SYSTEM, SA),
+@contextmanager
+def running_service(cluster: Cluster, work: Path, env: dict[str, str] | None = None,
+                    args: tuple[str, ...] = ()) -> Iterator[tuple[Service, int]]:
+    """`sidecar-debug results service` as a host process with the chart's ServiceAccount and
+    RBAC, TLS for 127.0.0.1, the webhook settings in `work`/config.yaml: (Service, its PID)."""
+    cluster.kubectl("create", "namespace", SYSTEM, check=False)
+    chart_rbac(cluster)
+    wait_for_account(cluster, SYSTEM, SA)
+    kubeconfig = kubeconfig_with_token(cluster, token_request(cluster, SYSTEM, SA),
                                        work / "sa.kubeconfig")
     ca = pki.generate_ca()
     files = write_bundle(work / "tls", ca, pki.generate_serving(ca, ["127.0.0.1", "localhost"]))
@@ -143,11 +145,9 @@ def service(lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory,
              "--dir", str(store), "--audience", AUDIENCE, "--config", str(work / "config.yaml"),
              "--tls-cert-file", str(files["tls.crt"]), "--tls-key-file", str(files["tls.key"]),
              "--host", "127.0.0.1", "--port", str(port), "--local-port", str(local),
-             "--metrics-port", str(metrics), "--kubeconfig", str(kubeconfig)],
+             "--metrics-port", str(metrics), "--kubeconfig", str(kubeconfig), *args],
             stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**{k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
-                 "SIDECAR_DEBUG_EXPORT": json.dumps({kind: {"url": sink.url}
-                                                     for kind, sink in sinks.items()})})
+            env={**{k: v for k, v in os.environ.items() if k != "KUBECONFIG"}, **(env or {})})
     try:
         def ready() -> bool:
             assert process.poll() is None, log.read_text()
@@ -159,14 +159,27 @@ def service(lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory,
         yield Service(f"https://127.0.0.1:{port}", f"http://127.0.0.1:{local}",
                       files["ca.crt"].read_text(), log, store,
                       load_settings(str(work / "config.yaml"), environ={}),
-                      f"http://127.0.0.1:{metrics}", sinks)
+                      f"http://127.0.0.1:{metrics}", {}), process.pid
     finally:
         process.terminate()
         try:
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             process.kill()
-        print("\n--- results service log ---\n" + log.read_text()[-6000:])
+
+
+@pytest.fixture(scope="module")
+def service(lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory,
+            sinks: dict[str, FakeSink]) -> Iterator[Service]:
+    work = tmp_path_factory.mktemp("results-service")
+    export = {"SIDECAR_DEBUG_EXPORT": json.dumps({kind: {"url": sink.url}
+                                                  for kind, sink in sinks.items()})}
+    with running_service(lite_cluster, work, export) as (started, _):
+        started.sinks.update(sinks)
+        try:
+            yield started
+        finally:
+            print("\n--- results service log ---\n" + started.log.read_text()[-6000:])
 
 
 @pytest.fixture(scope="module")
@@ -394,6 +407,15 @@ def metric(service: Service, name: str, labels: dict[str, str]) -> float:
     return 0.0
 
 
+def gauge(service: Service, name: str) -> float:
+    """A metric without labels."""
+    with urllib.request.urlopen(service.metrics + "/metrics", timeout=5) as answer:  # noqa: S310
+        for line in answer.read().decode().splitlines():
+            if line.startswith(f"{name} "):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def test_the_agent_loop_pushes_a_failed_recording_with_its_reason(
         lite_cluster: Cluster, service: Service, agent: ModuleType, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -530,3 +552,44 @@ def test_a_pushed_run_is_exported_to_pyroscope_and_parca(lite_cluster: Cluster, 
             for sample in family.samples if sample.name == "sidecar_debug_exports_total"
             and sample.labels["outcome"] == "sent" and sample.value >= 1}
     assert sent == {"pyroscope", "parca"}, text
+
+
+def test_a_pods_token_is_reviewed_once_and_forgotten_with_its_pod(
+        lite_cluster: Cluster, service: Service, agent: ModuleType, tmp_path: Path) -> None:
+    """Issue 25: a toolset polling every 20 s costs one TokenReview per token, not per poll;
+    the service's pod watch drops the identity when the pod goes, and a new pod of the same
+    name is a new caller that has to be reviewed on its own token."""
+    namespace = new_namespace(lite_cluster, "tokens")
+    pod = create(lite_cluster, toolset_pod(service, "web", namespace, schedule=None))
+    token = token_request(lite_cluster, namespace, "default", audience=AUDIENCE, pod=pod)
+    as_pod = client(agent, service, token, tmp_path)
+    wait_until(lambda: as_pod.call("GET", "/agent/v1/plan")[0] == 200, 30,
+               "the service to see the pod")
+    reviews = metric(service, "sidecar_debug_results_token_reviews_total", {"caller": "agent"})
+    for _ in range(15):
+        status, answer = as_pod.call("GET", "/agent/v1/plan")
+        assert status == 200, answer
+    assert metric(service, "sidecar_debug_results_token_reviews_total",
+                  {"caller": "agent"}) == reviews
+
+    held = gauge(service, "sidecar_debug_results_agent_identities")
+    assert held >= 1
+    lite_cluster.kubectl("delete", "pod", "web", "-n", namespace, "--wait=false",
+                         "--grace-period=0", "--force")
+    # The watch saw the pod go: its reviewed token is dropped from memory at once.
+    wait_until(lambda: gauge(service, "sidecar_debug_results_agent_identities") == held - 1,
+               30, "the deleted pod's identity dropped")
+    # The old token speaks for no pod any more.
+    status, answer = as_pod.call("GET", "/agent/v1/plan")
+    assert status in (401, 403), answer
+    again = create(lite_cluster, toolset_pod(service, "web", namespace, schedule=None))
+    assert again["metadata"]["uid"] != pod["metadata"]["uid"]
+    status, answer = as_pod.call("GET", "/agent/v1/plan")
+    assert status in (401, 403), answer  # the old pod's token gets nothing of the new pod
+    new_token = token_request(lite_cluster, namespace, "default", audience=AUDIENCE, pod=again)
+    as_new = client(agent, service, new_token, tmp_path)
+    before = metric(service, "sidecar_debug_results_token_reviews_total", {"caller": "agent"})
+    wait_until(lambda: as_new.call("GET", "/agent/v1/plan")[0] == 200, 30,
+               "the new pod's own token accepted")
+    assert metric(service, "sidecar_debug_results_token_reviews_total",
+                  {"caller": "agent"}) > before

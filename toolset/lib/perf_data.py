@@ -6,7 +6,8 @@ frame pointers, which binaries built without them (Debian's libnode, libpython, 
 turn into garbage. The samples themselves carry everything a better unwinder needs (the user
 registers and a copy of the user stack), so stacks_unwind.py unwinds them itself, and this
 module only reads the file: the header, the event attributes, and the MMAP/MMAP2, COMM,
-SWITCH and SAMPLE records (see linux/perf_event.h and tools/perf/util/header.h).
+SWITCH, LOST/LOST_SAMPLES and SAMPLE records (see linux/perf_event.h and
+tools/perf/util/header.h).
 
 Everything here is data the kernel wrote for perf; sizes are still checked, so a truncated
 file (perf killed mid-write) ends the records instead of raising.
@@ -48,9 +49,11 @@ SAMPLE_CODE_PAGE_SIZE = 1 << 23
 SAMPLE_WEIGHT_STRUCT = 1 << 24
 
 RECORD_MMAP = 1
+RECORD_LOST = 2
 RECORD_COMM = 3
 RECORD_SAMPLE = 9
 RECORD_MMAP2 = 10
+RECORD_LOST_SAMPLES = 13
 RECORD_SWITCH = 14
 MISC_SWITCH_OUT = 1 << 13
 MISC_MMAP_BUILD_ID = 1 << 14
@@ -131,7 +134,15 @@ class Comm:
     comm: str
 
 
-Record = Sample | Mapping | Switch | Comm
+@dataclass
+class Lost:
+    """Records the kernel could not write: LOST (the ring buffer was full; any kind of
+    record) or LOST_SAMPLES (samples only, counted by the event)."""
+    count: int
+    samples_only: bool
+
+
+Record = Sample | Mapping | Switch | Comm | Lost
 
 
 class PerfData:
@@ -211,6 +222,12 @@ class PerfData:
         if kind == RECORD_COMM:
             pid, tid = struct.unpack_from("<II", body, 0)
             return Comm(pid, tid, _cstring(body, 8, self.id_trailer))
+        if kind == RECORD_LOST:
+            _ident, lost = struct.unpack_from("<QQ", body, 0)
+            return Lost(lost, samples_only=False)
+        if kind == RECORD_LOST_SAMPLES:
+            (lost,) = struct.unpack_from("<Q", body, 0)
+            return Lost(lost, samples_only=True)
         if kind == RECORD_SWITCH and self.attrs[0].sample_id_all:
             pid, tid, time = self._sample_id(body)
             return Switch(pid, tid, time, bool(misc & MISC_SWITCH_OUT),

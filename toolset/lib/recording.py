@@ -29,8 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import debuginfo
 import elf_frames
 import perf_data
+import perf_limits
 import stacks_unwind
 import toolset_common as common
 
@@ -50,6 +52,8 @@ REASONS = {
     "ptrace": common.EXIT_NOT_POSSIBLE,  # the app's uid differs and no CAP_SYS_PTRACE
     "paranoid": common.EXIT_NOT_POSSIBLE,  # perf_event_paranoid forbids it, no CAP_PERFMON
     "seccomp": common.EXIT_NOT_POSSIBLE,  # the container's seccomp filter refuses perf
+    "memlock": common.EXIT_NOT_POSSIBLE,  # no room for even perf's default ring buffer
+    "denied": common.EXIT_NOT_POSSIBLE,  # a security module refuses perf_event_open
     "type-unsupported": common.EXIT_NOT_POSSIBLE,  # this --type cannot run here
     "no-samples": common.EXIT_FAILED,
     "tool-failed": common.EXIT_FAILED,
@@ -86,69 +90,40 @@ class Run:
 
 # --- permissions: one line that says why, before perf says it in ten -------------------------
 
-def attached_hint() -> str:
-    if os.environ.get("SIDECAR_DEBUG_ATTACHED") == "true":
-        return ("this is an attached (ephemeral) toolset: Kubernetes < 1.23 gives ephemeral "
-                "containers no securityContext, so it has no capabilities; inject the toolset "
-                "with the `perf` or `full` profile instead")
-    return "use the `perf` or `full` profile (sidecar-debug.io/profile)"
-
-
 @dataclass
 class Access:
     user_only: bool
+    facts: perf_limits.Facts
     note: str = ""  # for the run's warnings
     why: str = ""  # the reason alone, for a refusal that depends on it
 
 
 def perf_access(target: common.Process) -> Access:
     """What perf may do with the target here, or RecordingFailed saying why not."""
-    caps = common.capabilities()
-    uid = os.geteuid()
-    paranoid_text = (common.read_text("/proc/sys/kernel/perf_event_paranoid") or "2").strip()
-    paranoid = int(paranoid_text) if re.fullmatch(r"-?\d+", paranoid_text) else 2
-    perfmon = bool({"PERFMON", "SYS_ADMIN"} & caps)
-    if target.uid >= 0 and target.uid != uid and "SYS_PTRACE" not in caps:
-        raise RecordingFailed(
-            "ptrace",
-            f"the app (PID {target.pid}) runs as uid {target.uid} and this toolset as uid {uid} "
-            "without CAP_SYS_PTRACE, so the kernel lets perf open no events on it: "
-            + attached_hint() + ", or run the toolset as the app's uid")
-    if perfmon or paranoid <= 1:
-        return Access(user_only=False)
+    facts = perf_limits.gather()
+    if target.uid >= 0 and target.uid != facts.euid and "SYS_PTRACE" not in facts.caps:
+        raise RecordingFailed("ptrace", perf_limits.ptrace_line(facts, target.pid, target.uid)
+                              + ", or run the toolset as the app's uid")
+    paranoid = facts.paranoid
+    if perf_limits.perfmon(facts) or paranoid <= 1:
+        return Access(user_only=False, facts=facts)
     if paranoid >= 3:
         raise RecordingFailed(
             "paranoid",
             f"perf_event_paranoid is {paranoid} on this node and this toolset has no "
-            f"CAP_PERFMON: no perf events at all; {attached_hint()}, or lower "
-            "kernel.perf_event_paranoid to 2 on the node")
+            f"CAP_PERFMON: no perf events at all; {perf_limits.advice(facts, 'PERFMON')}, or "
+            "lower kernel.perf_event_paranoid to 2 on the node")
     why = f"perf_event_paranoid is {paranoid} and this toolset has no CAP_PERFMON"
-    return Access(user_only=True, why=why, note=(
+    return Access(user_only=True, facts=facts, why=why, note=(
         f"user-space only: {why}, so kernel frames are not sampled (time in system calls "
         "shows as the user frame that called them)"))
 
 
-def explain_perf_error(stderr: str, target: common.Process) -> RecordingFailed:
-    text = stderr.strip()
-    seccomp = (common.read_text("/proc/self/status") or "")
-    filtered = re.search(r"^Seccomp:\s+2", seccomp, re.MULTILINE) is not None
-    if "No such process" in text or "not found" in text and "process" in text:
-        return RecordingFailed("no-target", f"PID {target.pid} exited before perf attached")
-    if "ermission" in text or "not permitted" in text or "Access" in text:
-        if filtered:
-            return RecordingFailed(
-                "seccomp",
-                "perf_event_open is refused by this container's seccomp filter (runtime "
-                "default filters block it): the `perf` and `full` profiles set "
-                "seccompProfile Unconfined; " + attached_hint())
-        return RecordingFailed(
-            "paranoid",
-            "perf may not open events on the app here (perf_event_paranoid "
-            f"{(common.read_text('/proc/sys/kernel/perf_event_paranoid') or '?').strip()}, "
-            f"capabilities: {', '.join(sorted(common.capabilities())) or 'none'}): "
-            + attached_hint())
-    last = [line for line in text.splitlines() if line.strip()][-1:] or ["no message"]
-    return RecordingFailed("tool-failed", f"perf record failed: {common.printable(last[0])}")
+def explain_perf_error(stderr: str, target: common.Process,
+                       facts: perf_limits.Facts | None = None) -> RecordingFailed:
+    reason, message = perf_limits.diagnose(facts or perf_limits.gather(), stderr, target.pid,
+                                           target.uid)
+    return RecordingFailed(reason, message)
 
 
 # --- reading the app's binaries ---------------------------------------------------------------
@@ -164,7 +139,8 @@ class BinaryOpener:
         self.cache: dict[tuple[str, int], elf_frames.ElfFile | None] = {}
         self.vdso: elf_frames.ElfFile | None | bool = False
         self.problems: list[str] = []
-        self.debug_files: list[str] = []
+        # Debug files by build-id for binaries without .symtab: the image's, then debuginfod.
+        self.debuginfo = debuginfo.DebugInfo()
 
     def __call__(self, mapping: perf_data.Mapping) -> elf_frames.ElfFile | None:
         if mapping.filename == "[vdso]":
@@ -197,9 +173,7 @@ class BinaryOpener:
                 return None
             elf = elf_frames.load(fd, info.st_size, mapping.filename, DSO_LIMIT, wanted)
             if wanted and not elf.has_symtab:
-                elf.debug_symbols = debug_file(elf.build_id())
-                if elf.debug_symbols is not None:
-                    self.debug_files.append(os.path.basename(mapping.filename))
+                elf.debug_symbols = self.debuginfo.find(elf.build_id(), mapping.filename)
             return elf
         except (OSError, elf_frames.ElfError) as error:
             self.problems.append(f"{common.printable(mapping.filename)}: {error}")
@@ -226,28 +200,6 @@ class BinaryOpener:
     def headers(self, mapping: perf_data.Mapping) -> elf_frames.ElfFile | None:
         """The file's headers and section names only (is it Go?): cheap, not cached."""
         return self._open(mapping, wanted=())
-
-
-DEBUG_DIR = "/usr/lib/debug/.build-id"
-
-
-def debug_file(build_id: str) -> elf_frames.ElfFile | None:
-    """The toolset's own debug symbols for a binary of the same build-id (libc6-dbg in the
-    image: glibc's static functions, e.g. __libc_start_call_main, msort_with_tmp, are in no
-    .dynsym). Same build-id, same code: the names are right whoever mapped the file."""
-    if not re.fullmatch(r"[0-9a-f]{4,80}", build_id):
-        return None
-    path = os.path.join(DEBUG_DIR, build_id[:2], build_id[2:] + ".debug")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        return elf_frames.load(fd, os.fstat(fd).st_size, path, DSO_LIMIT)
-    except (OSError, elf_frames.ElfError):
-        return None
-    finally:
-        os.close(fd)
 
 
 def read_perf_map(pid: int) -> stacks_unwind.PerfMap | None:
@@ -332,8 +284,23 @@ def choose_technique(options: Options, runtime: str) -> str:
 
 # --- perf -------------------------------------------------------------------------------------
 
+def record_once(command: list[str], options: Options, *, merged: bool) -> tuple[int, str]:
+    """Run a recorder for the recording's seconds, showing progress: (exit code, what it said).
+    `merged`: its stdout and stderr are one stream (py-spy); else its stderr alone (perf, whose
+    stdout is not read)."""
+    options.progress(f"recording {options.seconds:g} s at {options.frequency} Hz "
+                     f"({options.type}): {' '.join(command)}")
+    recorder = subprocess.Popen(command, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE if merged else subprocess.DEVNULL,
+                                stderr=subprocess.STDOUT if merged else subprocess.PIPE,
+                                text=True)
+    common.wait_with_progress(options.seconds, "recording", recorder)
+    output, errors = recorder.communicate()
+    return recorder.returncode, output if merged else errors
+
+
 def perf_command(perf: str, options: Options, access: Access, data: str,
-                 frame_pointers: bool) -> list[str]:
+                 frame_pointers: bool, buffer_kib: int | None = None) -> list[str]:
     modifier = "u" if access.user_only else ""  # event-term syntax: cpu-clock/freq=99/u
     stack = OFFCPU_STACK if options.type == "offcpu" else DWARF_STACK
     callgraph = ["-g"] if frame_pointers else ["--call-graph", f"dwarf,{stack}"]
@@ -344,9 +311,9 @@ def perf_command(perf: str, options: Options, access: Access, data: str,
         # Every switch-out of the app's threads, with its stack; --switch-events adds the
         # switch-in times (how long each wait lasted). Software events: no tracefs needed.
         events += ["-e", "context-switches/period=1/", "--switch-events"]
-    # A bigger ring buffer than the default 512 KiB keeps dwarf samples from being lost, but
-    # exceeds perf_event_mlock_kb without CAP_PERFMON/CAP_IPC_LOCK (the mmap is refused).
-    buffer = [] if access.user_only else ["-m", "8M"]
+    # A bigger ring buffer than perf's default (512 KiB per CPU) keeps dwarf samples from being
+    # lost where the locked-memory limit allows it (perf_limits.buffer_plan); None: the default.
+    buffer = [] if buffer_kib is None else ["-m", f"{buffer_kib}K"]
     # --no-buildid(-cache): perf opens no binary (the toolset reads them safely, later);
     # --no-bpf-event: no BPF program events to synthesize (0.6 s of perf's start here).
     return [perf, "record", *events, *callgraph, "--no-buildid", "--no-buildid-cache",
@@ -386,7 +353,7 @@ def run_perf(options: Options, work: str) -> Run:
         raise RecordingFailed(
             "type-unsupported",
             f"--type {options.type} needs context-switch events, which happen in the kernel: "
-            f"{access.why}; use --type cpu, or " + attached_hint())
+            f"{access.why}; use --type cpu, or: " + perf_limits.advice(access.facts, "PERFMON"))
     opener = BinaryOpener(target.pid)
     frame_pointers = options.type == "cpu" and frame_pointers_everywhere(target.pid, opener)
     warnings = [access.note] if access.note else []
@@ -400,16 +367,22 @@ def run_perf(options: Options, work: str) -> Run:
         if problem:
             warnings.append(problem)
     data = os.path.join(work, "perf.data")
-    command = perf_command(perf, options, access, data, frame_pointers)
-    options.progress(f"recording {options.seconds:g} s at {options.frequency} Hz "
-                     f"({options.type}): {' '.join(command)}")
+    plan = perf_limits.buffer_plan(access.facts)
+    refused: list[int] = []
     recording_started = time.monotonic()
-    recorder = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
-    common.wait_with_progress(options.seconds, "recording", recorder)
-    _, stderr = recorder.communicate()
-    if recorder.returncode != 0 or not os.path.exists(data):
-        raise explain_perf_error(stderr, target)
+    for buffer_kib in plan.sizes:
+        command = perf_command(perf, options, access, data, frame_pointers, buffer_kib)
+        recording_started = time.monotonic()
+        returncode, stderr = record_once(command, options, merged=False)
+        if returncode == 0 and os.path.exists(data):
+            break
+        if buffer_kib is not None and perf_limits.mapping_refused(stderr):
+            # Another perf of this uid on the node may hold part of the budget: halve.
+            refused.append(buffer_kib)
+            options.progress(f"the kernel refused a {perf_limits.size_text(buffer_kib)} ring "
+                             "buffer per CPU (locked-memory limit): trying half")
+            continue
+        raise explain_perf_error(stderr, target, access.facts)
     started = time.monotonic()
     if jattach_worked:
         java_perf_map(target)
@@ -418,15 +391,15 @@ def run_perf(options: Options, work: str) -> Run:
     if unsafe:
         # Read without following links (open_perf_map): a planted link is simply not read.
         warnings.append(f"ignored the app's perf map: {unsafe} (planted by the app?)")
-    folded, unwinder = unwind_file(data, target.pid, opener, perf_map, options)
+    folded, unwinder, lost = unwind_file(data, target.pid, opener, perf_map, options)
     # binary -> how its frames were unwound ("dwarf-cfi", "frame-pointer", or both joined by +)
     methods = {dso.label: "+".join(sorted(dso.methods))
                for dso in unwinder.dsos.values() if dso.methods}
-    warnings += opener.problems[:5]
-    lost = re.findall(r"(\d+) (?:samples|chunks|events) lost", stderr)
+    warnings += opener.problems[:5] + opener.debuginfo.problems[:5]
+    used_kib = buffer_kib or perf_limits.default_kib(access.facts)
+    buffer_line = perf_limits.buffer_line(access.facts, used_kib, lost)
     if lost:
-        warnings.append(f"perf lost {sum(int(n) for n in lost)} events (the app was busier "
-                        "than the buffer): counts are lower than the truth")
+        warnings.append(f"{buffer_line}: counts are lower than the truth")
     runtime_hint = "java" if java else target.runtime
     if runtime_hint in common.JIT_HINTS and runtime_hint != "python" and perf_map is None:
         warnings.append(f"{runtime_hint} JIT-compiles its code but no perf map was found: JIT "
@@ -435,10 +408,17 @@ def run_perf(options: Options, work: str) -> Run:
     meta: dict[str, Any] = {
         "technique": "perf",
         "unwinding": methods,
-        "debug_symbols": sorted(set(opener.debug_files)),
+        # binary -> where its debug symbols came from (debug-dir, debuginfod, ... (cached))
+        "debug_symbols": dict(sorted(opener.debuginfo.found.items())),
         "callgraph": "frame-pointer" if frame_pointers else f"dwarf ({DWARF_STACK} B stack "
                                                             "copies, frame pointers where no CFI)",
         "user_only": access.user_only,
+        # Per CPU, KiB: the size perf ran with, what the locked-memory limit refused or
+        # ruled out first, and the limit; lost: samples the kernel could not write.
+        "ring_buffer": {"kib": used_kib, "wanted_kib": perf_limits.WANTED_KIB,
+                        "refused_kib": refused, "over_limit_kib": plan.skipped,
+                        "limit": perf_limits.limit_text(access.facts), "summary": buffer_line},
+        "lost_samples": lost,
         "perf_map_entries": len(perf_map) if perf_map else 0,
         "unwind_seconds": round(time.monotonic() - started, 3),
         # Where the time went: before perf started, perf (the recording and its exit), after.
@@ -452,7 +432,10 @@ def run_perf(options: Options, work: str) -> Run:
 
 def unwind_file(path: str, pid: int, opener: BinaryOpener,
                 perf_map: stacks_unwind.PerfMap | None,
-                options: Options) -> tuple[stacks_unwind.Folded, stacks_unwind.Unwinder]:
+                options: Options) -> tuple[stacks_unwind.Folded, stacks_unwind.Unwinder, int]:
+    """The folded stacks, the unwinder (how each binary was unwound), and the samples lost:
+    LOST_SAMPLES counts samples only, LOST every record the full ring buffer dropped (the
+    two overlap: the larger is the loss)."""
     try:
         parsed = perf_data.read(path, PERF_DATA_LIMIT)
     except (OSError, perf_data.PerfDataError) as error:
@@ -460,6 +443,9 @@ def unwind_file(path: str, pid: int, opener: BinaryOpener,
     records = list(parsed.records())
     mappings = [r for r in records if isinstance(r, perf_data.Mapping)]
     samples = [r for r in records if isinstance(r, perf_data.Sample)]
+    losses = [r for r in records if isinstance(r, perf_data.Lost)]
+    lost = max(sum(r.count for r in losses if r.samples_only),
+               sum(r.count for r in losses if not r.samples_only))
     unwinder = stacks_unwind.Unwinder(mappings, opener, perf_map,
                                       kallsyms() if any(s.kernel for s in samples) else None)
     folded = stacks_unwind.Folded()
@@ -481,7 +467,7 @@ def unwind_file(path: str, pid: int, opener: BinaryOpener,
             state = "[off CPU: preempted, waiting for a CPU]" if wait[1] else "[off CPU: blocked]"
             frames.append(stacks_unwind.Frame(state, None))
             folded.add(frames, max(1, wait[0] // 1000), 1)
-    return folded, unwinder
+    return folded, unwinder, lost
 
 
 def off_cpu_waits(records: list[perf_data.Record]) -> dict[tuple[int, int], tuple[int, bool]]:
@@ -508,19 +494,56 @@ def off_cpu_waits(records: list[perf_data.Record]) -> dict[tuple[int, int], tupl
 PYSPY_FRAME = re.compile(r"^(?P<name>.*?) \((?P<file>[^()]*)\)$")
 
 
+def pyspy_command(pyspy: str, options: Options, out: str, native: bool) -> list[str]:
+    # Blocking (py-spy pauses the app per sample) either way: --nonblocking reads torn stacks.
+    command = [pyspy, "record", "--pid", str(options.target.pid), "--duration",
+               str(max(1, round(options.seconds))), "--rate", str(options.frequency),
+               "--format", "raw", "--output", out, *(["--native"] if native else [])]
+    if options.type == "wall":
+        command.append("--idle")
+    return command
+
+
+def last_line(output: str) -> str:
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    return common.printable(lines[-1] if lines else "?")[:200]
+
+
+def native_refused(output: str) -> bool:
+    """py-spy's native unwinding failed (not the app, not our permissions): libunwind's
+    UNW_EINVAL on Debian bookworm's python3.11, say."""
+    return ("ermission" not in output and "No such process" not in output
+            and re.search(r"UNW_|unwind|native", output, re.IGNORECASE) is not None)
+
+
+def probe_native(pyspy: str, pid: int) -> str | None:
+    """One `py-spy dump --native` (0.2 s): None when native stacks work on this process, else
+    py-spy's reason, so a recording does not fail after its whole duration."""
+    try:
+        result = subprocess.run([pyspy, "dump", "--pid", str(pid), "--native"],
+                                capture_output=True, text=True, timeout=30, check=False,
+                                stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return "py-spy dump --native did not finish in 30 s"
+    output = result.stdout + result.stderr
+    if result.returncode != 0 and native_refused(output):
+        return last_line(output)
+    return None
+
+
 def run_pyspy(options: Options, work: str) -> Run:
     pyspy = shutil.which("py-spy")
     if pyspy is None:
         raise RecordingFailed("no-tool", "py-spy is not in this toolset image (Python < 3.12 "
                                          "needs it): use the full toolset image")
     target = options.target
-    caps = common.capabilities()
-    if target.uid != os.geteuid() and "SYS_PTRACE" not in caps:
+    facts = perf_limits.gather()
+    if target.uid != facts.euid and "SYS_PTRACE" not in facts.caps:
         raise RecordingFailed(
             "ptrace",
             f"the app (PID {target.pid}) runs as uid {target.uid} and this toolset as uid "
-            f"{os.geteuid()} without CAP_SYS_PTRACE, which py-spy needs to read its memory: "
-            + attached_hint())
+            f"{facts.euid} without CAP_SYS_PTRACE, which py-spy needs to read its memory: "
+            + perf_limits.advice(facts, "SYS_PTRACE"))
     if options.type == "offcpu":
         raise RecordingFailed(
             "type-unsupported",
@@ -528,25 +551,23 @@ def run_pyspy(options: Options, work: str) -> Run:
             "does not see waits): use --type wall (py-spy --idle: where time goes, waiting "
             "included) or Python >= 3.12 with PYTHONPERFSUPPORT=1")
     out = os.path.join(work, "py-spy.folded")
-    command = [pyspy, "record", "--pid", str(target.pid), "--duration",
-               str(max(1, round(options.seconds))), "--rate", str(options.frequency),
-               "--format", "raw", "--output", out, "--native", "--nonblocking"]
-    if options.type == "wall":
-        command.append("--idle")
-    # --native needs the process paused per sample; --nonblocking does not allow it.
-    command.remove("--nonblocking")
-    options.progress(f"recording {options.seconds:g} s at {options.frequency} Hz "
-                     f"({options.type}): {' '.join(command)}")
-    recorder = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
-    common.wait_with_progress(options.seconds, "recording", recorder)
-    output, _ = recorder.communicate()
-    if recorder.returncode != 0 or not os.path.exists(out):
-        last = [line for line in output.strip().splitlines() if line.strip()][-1:] or ["?"]
+    why_not_native = probe_native(pyspy, target.pid)
+    native = why_not_native is None
+    while True:
+        command = pyspy_command(pyspy, options, out, native)
+        returncode, output = record_once(command, options, merged=True)
+        if returncode == 0 and os.path.exists(out):
+            break
+        if native and native_refused(output):
+            native, why_not_native = False, last_line(output)
+            options.progress(f"py-spy --native failed ({why_not_native}): recording again "
+                             "without native frames")
+            continue
         if "ermission" in output:
             raise RecordingFailed("ptrace", "py-spy may not read the app's memory "
-                                            f"({common.printable(last[0])}): " + attached_hint())
-        raise RecordingFailed("tool-failed", f"py-spy failed: {common.printable(last[0])}")
+                                            f"({last_line(output)}): "
+                                  + perf_limits.advice(facts, "SYS_PTRACE"))
+        raise RecordingFailed("tool-failed", f"py-spy failed: {last_line(output)}")
     folded = stacks_unwind.Folded()
     namer = PyspyNamer(target.pid)
     with open(out, encoding="utf-8", errors="replace") as handle:
@@ -557,14 +578,19 @@ def run_pyspy(options: Options, work: str) -> Run:
             frames = [namer(name) for name in stack.split(";")]
             frames.reverse()  # leaf first, as the unwinder's
             folded.add(frames, int(count))
+    warnings = [] if native else [
+        f"Python frames only: py-spy --native failed on this process ({why_not_native}), so "
+        "native (C) frames are not shown"]
     meta: dict[str, Any] = {
         "technique": "py-spy",
+        "native": native,
         "unwinding": {"python": "py-spy (the interpreter's frame objects)",
-                      "native": "py-spy --native (dwarf-cfi)"},
-        "callgraph": "py-spy --native",
+                      "native": "py-spy --native (dwarf-cfi)" if native
+                      else f"none: --native failed ({why_not_native})"},
+        "callgraph": "py-spy --native" if native else "py-spy (Python frames only)",
         "tools": {"py-spy": tool_version([pyspy, "--version"])},
     }
-    return Run(folded, meta, [])
+    return Run(folded, meta, warnings)
 
 
 PYSPY_ADDRESS = re.compile(r"^0x([0-9a-f]{1,16}) \(([^()]*)\)$")

@@ -54,6 +54,9 @@ class Frame:
     name: str
     named: bool | None  # None: our own annotation ([on CPU]), outside the named share
     library: str = ""  # an unnamed frame's binary: runs of them become one frame
+    # Functions the compiler inlined at this address, innermost first: frames of their own
+    # (Go's table records them), placed before this one.
+    inlined: tuple[str, ...] = ()
 
 
 @dataclass
@@ -273,6 +276,10 @@ class Unwinder:
             return Frame(f"[{dso.label}]", False, dso.label)
         vaddr = dso.elf.vaddr_of_offset(address - mapping.start + mapping.pgoff)
         symbol = dso.elf.symbol(vaddr) if vaddr is not None else None
+        if symbol is None and vaddr is not None:
+            go = go_frame(dso.elf, vaddr)
+            if go is not None:
+                return go
         if symbol is None:
             # A runtime may name code inside its own binary in its perf map: V8 logs its
             # embedded builtins (Builtins_JSEntry, ...), which a stripped libnode does not name.
@@ -305,7 +312,7 @@ class Unwinder:
             frames += self._fp_chain(sample.user_chain)
         elif sample.ip and not sample.kernel:
             frames.append(self.name_at(sample.ip, self.mapping(sample.ip)))
-        return _collapse_unnamed(frames)
+        return _collapse_unnamed(_expand_inlined(frames))
 
     def _fp_chain(self, chain: list[int]) -> list[Frame]:
         """Frames the kernel's frame-pointer walk found (`perf record -g`)."""
@@ -437,6 +444,31 @@ def is_jit(filename: str) -> bool:
     """Anonymous executable memory: where JIT compilers put their code."""
     return (filename in ("//anon", "[anon]", "") or filename.startswith("[anon:")
             or filename.startswith("/tmp/perf-") or filename.startswith("//anon"))
+
+
+def go_frame(elf: ElfFile, vaddr: int) -> Frame | None:
+    """A Go binary without .symtab (`-ldflags="-s -w"`): its function, file and line from Go's
+    own table (.gopclntab), with the calls inlined there, as `name (file:line)`."""
+    if elf.has_symtab or not elf.is_go:
+        return None
+    table = elf.go_table()
+    found = table.frames(vaddr) if table is not None else None
+    if not found:
+        return None
+    outer, inner = found[-1], found[:-1]
+    return Frame(clean_name(outer.label()), True,
+                 inlined=tuple(clean_name(frame.label()) for frame in inner))
+
+
+def _expand_inlined(frames: list[Frame]) -> list[Frame]:
+    """Frames with inlined calls become one frame per call, innermost first."""
+    if not any(frame.inlined for frame in frames):
+        return frames
+    result: list[Frame] = []
+    for frame in frames:
+        result += [Frame(name, True) for name in frame.inlined]
+        result.append(frame)
+    return result
 
 
 def _collapse_unnamed(frames: list[Frame]) -> list[Frame]:

@@ -314,6 +314,14 @@ def review_ephemeral(
             "operation",
             f"operation {request.get('operation')!r} on ephemeralcontainers is not reviewed",
         )
+    namespace = str(request.get("namespace") or "")
+    if settings.namespace_excluded(namespace):
+        # By the request's name (the apiserver's), as the injection and the guard: on
+        # Kubernetes < 1.21 the chart's entries cannot exclude by the unprotected name label.
+        return EphemeralOutcome(
+            "ignored", "excluded-namespace",
+            f"namespace {namespace!r} is excluded from debug injection",
+        )
     obj = request.get("object")
     if not isinstance(obj, dict):
         return EphemeralOutcome("ignored", "no-object", "request carries no object")

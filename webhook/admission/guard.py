@@ -12,9 +12,12 @@ Per request:
   (PolicyGate.check_grant: the same rules, grantSubject, SubjectAccessReviews and cache as the
   injection) for the requester and the pod's service account; its session facts (the env the
   webhook wrote: grant, start, deadline) must agree with that.
-- pods UPDATE: the annotations the webhook and the controller write (constants.OWNED_ANNOTATIONS)
-  change only by `annotationOwners`; then, as Pod Security admission does, only an update that
-  changes what runs (an image, the seccomp annotations) is checked, as a whole pod.
+- pods and pods/status UPDATE: the annotations the webhook and the controller write
+  (constants.OWNED_ANNOTATIONS) change only by `annotationOwners`; then, as Pod Security
+  admission does, only an update that changes what runs (an image, a seccomp or AppArmor
+  annotation, also one naming a container the pod does not have yet) is checked, as a whole
+  pod. A seccomp or AppArmor annotation naming a container is judged with that container when
+  an update adds it (an ephemeral container cannot ride on an annotation planted earlier).
 - pods/ephemeralcontainers UPDATE: the whole pod with its new ephemeral containers (read from the
   API on Kubernetes < 1.22, whose review carries only the list); a new toolset needs the
   requester's own grant, as at the ephemeral gate.
@@ -36,7 +39,14 @@ from webhook.admission import review as admission
 from webhook.admission.review import Request, Review
 from webhook.config import Settings
 from webhook.guard.check import GuardResult, evaluate
-from webhook.guard.pss import Level, Violation
+from webhook.guard.pss import (
+    APPARMOR_ANNOTATION_PREFIX,
+    SECCOMP_CONTAINER_ANNOTATION_PREFIX,
+    SECCOMP_POD_ANNOTATION,
+    Level,
+    Violation,
+    quote,
+)
 from webhook.inject import shape
 from webhook.inject.attach import env_value
 from webhook.logs import REVIEW_LOGGER, log_fields
@@ -54,9 +64,6 @@ LEGACY_KIND = "EphemeralContainers"
 POD_READ_TIMEOUT_SECONDS = 2.0
 # How far the session's start written by the mutating webhook may be from the guard's clock.
 FACT_SKEW = dt.timedelta(minutes=5)
-# Annotations that change what runs (Pod Security admission's significant updates).
-_SECCOMP_POD = "seccomp.security.alpha.kubernetes.io/pod"
-_SECCOMP_CONTAINER = "container.seccomp.security.alpha.kubernetes.io/"
 
 
 class GuardPolicy(Protocol):
@@ -121,12 +128,24 @@ def changed_owned_annotations(old: Mapping[str, Any], new: Mapping[str, Any]) ->
     return [key for key in constants.OWNED_ANNOTATIONS if before.get(key) != after.get(key)]
 
 
+def _security_annotations(annotations: Mapping[str, Any]) -> dict[str, Any]:
+    """The seccomp and AppArmor annotations (pod-level and per container name, whether or not a
+    container of that name exists yet: an ephemeral container may take the name later)."""
+    return {key: value for key, value in annotations.items()
+            if isinstance(key, str) and (key == SECCOMP_POD_ANNOTATION or key.startswith(
+                (SECCOMP_CONTAINER_ANNOTATION_PREFIX, APPARMOR_ANNOTATION_PREFIX)))}
+
+
 def significant_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
     """What in an UPDATE changes what runs (Pod Security admission's isSignificantPodUpdate:
-    images, containers added, the seccomp annotations), or None for e.g. a label change."""
-    before, after = _annotations(old), _annotations(new)
-    if before.get(_SECCOMP_POD) != after.get(_SECCOMP_POD):
-        return f"annotation {_SECCOMP_POD}"
+    images, containers added, the seccomp annotations; and, stricter, the AppArmor annotations
+    and those naming a container the pod does not have yet), or None for e.g. a label
+    change."""
+    before = _security_annotations(_annotations(old))
+    after = _security_annotations(_annotations(new))
+    for key in sorted(set(before) | set(after)):
+        if before.get(key) != after.get(key):
+            return f"annotation {key}"
     old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
     for kind in ("initContainers", "containers", "ephemeralContainers"):
         old_containers = _named(old_spec.get(kind))
@@ -136,9 +155,6 @@ def significant_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | 
                 return f"{kind} {name!r} added"
             if container.get("image") != previous.get("image"):
                 return f"the image of {kind} {name!r}"
-            key = _SECCOMP_CONTAINER + name
-            if before.get(key) != after.get(key):
-                return f"annotation {key}"
     return None
 
 
@@ -254,9 +270,11 @@ class PodGuard:
         if resource.get("resource") != "pods" or resource.get("group", "") != "":
             return _allow("not-a-pod", "not a pod; the guard reviews pods only")
         ephemeral = subresource == "ephemeralcontainers"
-        if subresource and not ephemeral:
+        # pods/status writes metadata too (the apiserver keeps only the spec and the owners):
+        # the owned annotations and the seccomp/AppArmor ones are judged as on a pods UPDATE.
+        if subresource not in ("", "ephemeralcontainers", "status"):
             return _allow("subresource", f"subresource {subresource!r} is not reviewed")
-        if operation not in ("CREATE", "UPDATE") or (ephemeral and operation != "UPDATE"):
+        if operation not in ("CREATE", "UPDATE") or (subresource and operation != "UPDATE"):
             return _allow("operation", f"operation {operation!r} is not reviewed")
         settings = self.settings
         if settings.namespace_excluded(namespace) or namespace in settings.guard_exempt_namespaces:
@@ -289,7 +307,7 @@ class PodGuard:
             pod, old = merged
         else:
             pod = obj
-        if operation == "UPDATE" and not ephemeral:
+        if operation == "UPDATE":
             owned = changed_owned_annotations(old, pod)
             if owned and username not in settings.annotation_owners:
                 return self._owned_refusal(owned, username)
@@ -476,6 +494,13 @@ class PodGuard:
             for name, container in _named(new_spec.get(kind)).items():
                 if name not in previous or container.get("image") != previous[name].get("image"):
                     changed.add((kind, name))
+        # A seccomp or AppArmor annotation naming a container this update adds is that
+        # container's (it may have been written before the container existed).
+        claimed = {
+            f"metadata.annotations[{quote(prefix + name)}]"
+            for _, name in changed
+            for prefix in (SECCOMP_CONTAINER_ANNOTATION_PREFIX, APPARMOR_ANNOTATION_PREFIX)
+        }
         mounted = {
             str(mount.get("name"))
             for kind, name in changed
@@ -492,6 +517,8 @@ class PodGuard:
             elif violation.volume is not None:
                 if violation.volume in mounted:
                     added.append(violation)
+            elif violation.field in claimed:
+                added.append(violation)
             else:
                 if had is None:
                     had = {_key(v) for v in before().violations}

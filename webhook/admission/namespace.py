@@ -1,5 +1,7 @@
 """The namespace-label gates: validating checks on the labels that open a namespace to injection
-(`/validate-namespace`) and that put it under the guard (`/validate-namespace-guard`)."""
+(`/validate-namespace`), that put it under the guard (`/validate-namespace-guard`), and that name
+it (`/validate-namespace-name`: on Kubernetes < 1.21 the apiserver neither sets nor protects
+`kubernetes.io/metadata.name`)."""
 
 from __future__ import annotations
 
@@ -148,3 +150,42 @@ def review_namespace_guard(request: admission.Request, engine: PolicyGate) -> ad
             ),
         )
     return _decide(request, "namespace-guard", change, engine.may_change_namespace_guard)
+
+
+def review_namespace_name(request: admission.Request) -> admission.Review:
+    """Validating check on namespaces, for everyone: `kubernetes.io/metadata.name`, when set,
+    is the namespace's own name. Kubernetes >= 1.21 sets and protects it (this then always
+    passes); on 1.20 anyone who may patch a namespace could write `kube-system` there and
+    leave every selector that excludes by it (issue 24). Removing it passes: on < 1.21 the
+    chart's selectors do not rely on it, the webhook knows namespaces by the request's name."""
+    unreadable = _unreadable(request)
+    if unreadable is not None:
+        return unreadable
+    if request.get("operation") not in ("CREATE", "UPDATE"):
+        return admission.build_response(request, allowed=True)
+    key = constants.LABEL_NAMESPACE_NAME
+    labels = _labels(request.get("object"))
+    name = _name(request)
+    if key not in labels or labels[key] == name:
+        return admission.build_response(request, allowed=True)
+    value = labels[key]
+    user = (request.get("userInfo") or {}).get("username", "")
+    log.warning(
+        "namespace-name denied",
+        extra={"event": "namespace-name", "namespace": name, "decision": "forged-name-label",
+               "user": user, "value": str(value)[:253]},
+    )
+    audit = {constants.AUDIT_DECISION: "deny", constants.AUDIT_REASON: "forged-name-label"}
+    return admission.build_response(
+        request,
+        allowed=False,
+        code=403,
+        message=(
+            f"namespace {name!r} may not carry {key}={str(value)[:253]!r}: that label names "
+            "a namespace, and selectors (sidecar-debug's webhooks, NetworkPolicies) exclude or "
+            "admit namespaces by it; Kubernetes < 1.21 does not protect it. Set it to the "
+            f"namespace's own name (kubectl label namespace {name} {key}={name} --overwrite) "
+            f"or remove it (kubectl label namespace {name} {key}-)"
+        ),
+        audit=audit,
+    )

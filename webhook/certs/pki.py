@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import re
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -100,6 +101,40 @@ def service_dns_names(
     return names
 
 
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def dns_label(name: str) -> bool:
+    """A DNS-1123 label, as Kubernetes names Services and namespaces."""
+    return isinstance(name, str) and _DNS_LABEL.fullmatch(name) is not None
+
+
+def is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def is_dns_name(name: str) -> bool:
+    """A DNS-1123 subdomain (dot-separated labels, 253 characters at most)."""
+    return len(name) <= 253 and all(_DNS_LABEL.fullmatch(label) for label in name.split("."))
+
+
+def check_name(name: str) -> str:
+    """`name` when a certificate may carry it as a subjectAltName: an IP address, or a DNS name
+    as Kubernetes spells names (RFC 1123: lower-case letters, digits and '-', labels of 1 to
+    63 characters that start and end with a letter or digit, 253 characters in all), with
+    an optional leading `*.` wildcard. Else CertificateError saying what is allowed."""
+    if is_ip(name) or is_dns_name(name.removeprefix("*.")):
+        return name
+    raise CertificateError(
+        f"{name[:100]!r} is neither a DNS name nor an IP address: a DNS name (RFC 1123) is "
+        "lower-case letters, digits, '-' and '.', each dot-separated label 1 to 63 characters "
+        "that start and end with a letter or digit (e.g. webhook.default.svc)")
+
+
 def _serial() -> int:
     # 159 random bits: positive, below the 20-octet limit of RFC 5280, unguessable.
     return secrets.randbits(159) | 1
@@ -162,15 +197,19 @@ def generate_serving(
     names: Sequence[str],
     validity: dt.timedelta = DEFAULT_SERVING_VALIDITY,
     now: dt.datetime | None = None,
+    key: PrivateKey | None = None,
 ) -> KeyPair:
-    """A TLS server certificate for `names` (DNS names or IP addresses), signed by `ca`.
+    """A TLS server certificate for `names` (DNS names or IP addresses, checked by
+    check_name), signed by `ca`, for `key` (default: a new ECDSA P-256 key).
 
     The first name is also the subject CN for humans; clients match the SANs only (Go ignores
     the CN since 1.15)."""
     if not names:
         raise CertificateError("a serving certificate needs at least one name")
+    for name in names:
+        check_name(name)
     now = now or utcnow()
-    key = generate_private_key()
+    key = key or generate_private_key()
     not_after = min(now + validity, ca.cert.not_valid_after_utc)
     ca_ski = ca.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
     cert = (

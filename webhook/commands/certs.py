@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.certs import pki, rotation, tls
+from webhook.commands import output
 
 DEFAULT_OUT = "certs"
 
@@ -30,38 +31,104 @@ def default_out_dir(start: Path | None = None) -> Path:
     return here / DEFAULT_OUT
 
 
-def _load_existing_ca(out: Path) -> pki.KeyPair | None:
+def _load_existing_ca(out: Path) -> tuple[pki.KeyPair | None, str]:
+    """The CA in `out` when it can sign (its certificate and key match, it is a CA and has a
+    day left); else None and why not ("" when there is no ca.key)."""
     ca_crt, ca_key = out / pki.KEY_CA_CRT, out / pki.KEY_CA_KEY
-    if not (ca_crt.is_file() and ca_key.is_file()):
-        return None
+    if not ca_key.exists():
+        return None, ""
     try:
         cert = pki.load_certificates(ca_crt.read_bytes())[0]
         key = pki.load_private_key(ca_key.read_bytes())
-    except pki.CertificateError:
-        return None
-    if not pki.key_matches(cert, key) or pki.days_left(cert) < 1 or not pki.is_ca(cert):
-        return None
-    return pki.KeyPair(cert, key)
+    except (OSError, pki.CertificateError) as error:
+        return None, f"{getattr(error, 'strerror', None) or error}"
+    if not pki.key_matches(cert, key):
+        return None, f"{ca_key.name} does not belong to {ca_crt.name}"
+    if not pki.is_ca(cert):
+        return None, f"{ca_crt.name} is not a CA certificate"
+    if pki.days_left(cert) < 1:
+        return None, f"{ca_crt.name} expires within a day"
+    return pki.KeyPair(cert, key), ""
+
+
+def _existing_key(path: Path) -> tuple[pki.PrivateKey | None, str]:
+    """The serving key in `path` to keep, or None and why it cannot be kept."""
+    try:
+        key = pki.load_private_key(path.read_bytes())
+    except (OSError, pki.CertificateError) as error:
+        return None, f"{getattr(error, 'strerror', None) or error}"
+    if not isinstance(key, pki.PrivateKey):
+        return None, f"a {pki.key_description(key.public_key())} key cannot serve TLS here"
+    return key, ""
+
+
+def _names(args: argparse.Namespace) -> list[str]:
+    """The SANs, each checked (pki.CertificateError names the flag and what is allowed)."""
+    for flag, value in (("--service", args.service), ("--namespace", args.namespace)):
+        if not pki.dns_label(value):
+            raise _Usage(f"{flag} {value[:100]!r} is not a Kubernetes name (a DNS-1123 label: "
+                         "lower-case letters, digits and '-', 1 to 63 characters, starting "
+                         "and ending with a letter or digit)")
+    domain = args.cluster_domain.strip(".")
+    if domain and not pki.is_dns_name(domain):
+        raise _Usage(f"--cluster-domain {args.cluster_domain[:100]!r} is not a DNS name "
+                     "(e.g. cluster.local)")
+    names = pki.service_dns_names(args.service, args.namespace, args.cluster_domain)
+    for flag, values in (("--dns", args.dns or []), ("--ip", args.ip or [])):
+        for value in values:
+            if flag == "--ip" and not pki.is_ip(value):
+                raise _Usage(f"--ip {value[:100]!r} is not an IP address (e.g. 10.0.0.7, ::1)")
+            try:
+                pki.check_name(value)
+            except pki.CertificateError as error:
+                raise _Usage(f"--dns {error}") from None
+    extras = list(args.dns or []) + list(args.ip or [])
+    if not args.no_localhost:
+        extras += ["localhost", "127.0.0.1"]
+    return names + [n for n in dict.fromkeys(extras) if n not in names]
+
+
+class _Usage(ValueError):
+    """A flag's value the command refuses (exit 2, one line)."""
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out_dir()
-    names = pki.service_dns_names(args.service, args.namespace, args.cluster_domain)
-    extras = list(args.dns or []) + list(args.ip or [])
-    if not args.no_localhost:
-        extras += ["localhost", "127.0.0.1"]
-    names += [n for n in extras if n not in names]
-    ca = None if args.new_ca else _load_existing_ca(out)
+    try:
+        names = _names(args)
+    except _Usage as error:
+        print(f"sidecar-debug certs generate: {error}", file=sys.stderr)
+        return 2
+    # Keys are kept: a key another program or a Secret holds is never replaced unasked.
+    refusals: list[str] = []
+    ca, ca_problem = (None, "") if args.new_ca else _load_existing_ca(out)
+    ca_key_file = out / pki.KEY_CA_KEY
+    if ca is None and ca_key_file.exists() and not args.force:
+        why = "--new-ca asks for a new CA" if args.new_ca else f"it cannot sign: {ca_problem}"
+        refusals.append(f"{ca_key_file} exists and would be replaced ({why})")
+    serving_key: pki.PrivateKey | None = None
+    tls_key_file = out / pki.KEY_TLS_KEY
+    if tls_key_file.exists() and not args.force:
+        serving_key, key_problem = _existing_key(tls_key_file)
+        if serving_key is None:
+            refusals.append(f"{tls_key_file} exists and cannot be kept ({key_problem})")
+    if refusals:
+        for refusal in refusals:
+            print(f"sidecar-debug certs generate: {refusal}", file=sys.stderr)
+        print("sidecar-debug certs generate: nothing written; --force replaces existing keys "
+              "(or choose another --out)", file=sys.stderr)
+        return 2
     reused = ca is not None
     if ca is None:
         ca = pki.generate_ca(validity=dt.timedelta(days=args.ca_days))
-    serving = pki.generate_serving(ca, names, dt.timedelta(days=args.days))
+    serving = pki.generate_serving(ca, names, dt.timedelta(days=args.days), key=serving_key)
     written = tls.write_bundle(out, ca, serving, write_ca_key=True)
     readme = out / "README.md"
     if not args.out and not readme.exists():
         readme.write_text(README_TEXT)
     print(f"{'reused' if reused else 'new'} CA {ca.cert.subject.rfc4514_string()}")
-    print(f"serving certificate for {', '.join(names)}; valid {args.days} days")
+    print(f"serving certificate for {', '.join(names)}; valid {args.days} days"
+          + ("; key kept" if serving_key is not None else "; new key"))
     for name in sorted(written):
         print(f"wrote {written[name]}")
     return 0
@@ -103,17 +170,27 @@ def fetch_served_certificates(address: str, server_name: str | None) -> list[Any
     return [x509.load_der_x509_certificate(der)]
 
 
+def _emit(args: argparse.Namespace, kind: str, **fields: Any) -> None:
+    """One inspected file or address as a document: a JSON line, or a YAML document."""
+    document = output.document(kind, **fields)
+    if args.output == "json":
+        print(json.dumps(document, ensure_ascii=False))
+    else:
+        print("---\n" + output.dumps(document, "yaml"), end="")
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     status = 0
+    text = args.output == "text"
     if args.connect:
         try:
             found = fetch_served_certificates(args.connect, args.server_name)
         except (OSError, pki.CertificateError) as exc:
             print(f"{args.connect}: {exc}", file=sys.stderr)
             return 1
-        if args.json:
-            print(json.dumps({"address": args.connect,
-                              "certificates": [pki.describe(c) for c in found]}))  # fmt: skip
+        if not text:
+            _emit(args, "Certificates", address=args.connect,
+                  certificates=[pki.describe(c) for c in found])
         else:
             _print_cert(found[0], f"{args.connect} (served):")
     elif not args.files:
@@ -122,18 +199,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         try:
             data = Path(name).read_bytes()
         except OSError as exc:
-            print(f"{name}: {exc.strerror}", file=sys.stderr)
-            status = 1
+            print(f"sidecar-debug: {name}: {exc.strerror}", file=sys.stderr)
+            status = 2  # cannot be read: as every command's input (webhook.commands.errors)
             continue
         if b"PRIVATE KEY-----" in data and b"CERTIFICATE-----" not in data:
             try:
                 key = pki.load_private_key(data)
             except pki.CertificateError as exc:
                 print(f"{name}: {exc}", file=sys.stderr)
-                status = 1
+                status = 2
                 continue
-            if args.json:
-                print(json.dumps({"file": name, "keyType": pki.key_description(key)}))
+            if not text:
+                _emit(args, "PrivateKey", file=name, keyType=pki.key_description(key))
             else:
                 print(f"{name}: private key, {pki.key_description(key)}")
             continue
@@ -141,10 +218,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             found = pki.load_certificates(data)
         except pki.CertificateError as exc:
             print(f"{name}: {exc}", file=sys.stderr)
-            status = 1
+            status = 2
             continue
-        if args.json:
-            print(json.dumps({"file": name, "certificates": [pki.describe(c) for c in found]}))
+        if not text:
+            _emit(args, "Certificates", file=name,
+                  certificates=[pki.describe(c) for c in found])
             continue
         for index, cert in enumerate(found):
             suffix = f" [{index + 1}/{len(found)}]" if len(found) > 1 else ""
@@ -167,7 +245,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
             pki.verify_chain(leaf, cas, name)
     except pki.CertificateError as exc:  # an unreadable file: webhook.commands.errors
         print(f"FAIL: {exc}", file=sys.stderr)
+        if args.output != "text":
+            output.emit(output.document("CertificateVerification", valid=False, cert=args.cert,
+                                        ca=args.ca, names=args.name or [], problem=str(exc)),
+                        args.output)
         return 1
+    if args.output != "text":
+        output.emit(output.document("CertificateVerification", valid=True, cert=args.cert,
+                                    ca=args.ca, names=names, problem=""), args.output)
+        return 0
     print(f"OK: {args.cert} verifies against {args.ca} for {', '.join(names)}")
     return 0
 
@@ -274,7 +360,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     gen.add_argument("--no-localhost", action="store_true",
                      help="leave out the localhost and 127.0.0.1 SANs")  # fmt: skip
     gen.add_argument("--new-ca", action="store_true",
-                     help="make a new CA even when DIR already holds a usable one")  # fmt: skip
+                     help="make a new CA even when DIR already holds a usable one (with "
+                     "--force when DIR has a ca.key)")  # fmt: skip
+    gen.add_argument("--force", action="store_true",
+                     help="replace existing keys: a new serving key, and a new CA where "
+                     "ca.key cannot sign (default: keys in DIR are kept; refused if unusable)")
     gen.set_defaults(func=cmd_generate)
 
     ins = sub.add_parser("inspect", help="print subject, SANs, issuer, validity of PEM files")
@@ -282,7 +372,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ins.add_argument("--connect", metavar="HOST:PORT",
                      help="also show the certificate a running server presents")  # fmt: skip
     ins.add_argument("--server-name", help="SNI name to send with --connect")
-    ins.add_argument("--json", action="store_true", help="one JSON document per file")
+    output.add_output(ins, json_alias=True)  # -o json: one JSON line per file
     ins.set_defaults(func=cmd_inspect, parser=ins)
 
     ver = sub.add_parser("verify", help="verify a serving certificate against a CA bundle")
@@ -290,6 +380,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ver.add_argument("--cert", required=True, help="serving certificate (PEM)")
     ver.add_argument("--key", help="also check that this key belongs to the certificate")
     ver.add_argument("--name", action="append", help="name to verify for (repeatable)")
+    output.add_output(ver)
     ver.set_defaults(func=cmd_verify)
 
     ens = sub.add_parser("ensure", help="self mode: fill/renew the Secret, write the caBundle")
@@ -314,9 +405,12 @@ Local development certificates land here; only this README is committed.
 | file      | what                                                          | mode |
 |-----------|---------------------------------------------------------------|------|
 | `ca.crt`  | the development CA (what the apiserver needs as `caBundle`)   | 0644 |
-| `ca.key`  | the CA's key, reused by the next `generate` (`--new-ca`: new) | 0600 |
+| `ca.key`  | the CA's key, reused by the next `generate`                   | 0600 |
 | `tls.crt` | the serving certificate (SANs below), ECDSA P-256             | 0644 |
-| `tls.key` | its key                                                       | 0600 |
+| `tls.key` | its key, kept by the next `generate` (new with `--force`)     | 0600 |
+
+Existing keys are never replaced unasked: `--force` makes a new serving key (and a new CA where
+`ca.key` cannot sign); `--new-ca --force` a new CA.
 
 SANs: NAME, NAME.NS, NAME.NS.svc, NAME.NS.svc.cluster.local (`--cluster-domain`), plus
 localhost and 127.0.0.1 (`--no-localhost` leaves them out; `--dns`/`--ip` add more).

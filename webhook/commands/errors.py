@@ -8,12 +8,78 @@ Usage errors exit 2, as argparse's own do.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from dataclasses import dataclass
 
+EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_NO_TOOLSET = 5  # the pod has no (trustworthy) toolset container (the session commands)
 EXIT_API = 6  # the Kubernetes API refused or failed (as the session commands use it)
+EXIT_INTERRUPTED = 130  # Ctrl-C
+EXIT_PIPE = 141  # the reader of stdout left (`... | head`)
+
+# Every command's exit codes: `--help` shows this table (EPILOG), and so does the README.
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (EXIT_OK, "done; for a check: everything passed"),
+    (EXIT_FAILED, "the command ran and the answer is no, or it failed: a pod would be denied "
+     "(guard check), a policy or schedule is invalid, a document could not be injected, a "
+     "command in the pod failed"),
+    (EXIT_USAGE, "nothing usable to work on: a usage error, an input that cannot be read "
+     "(missing, unreadable, not UTF-8, not YAML, empty), invalid settings or kubeconfig"),
+    (EXIT_NO_TOOLSET, "the pod has no toolset container to use (session commands)"),
+    (EXIT_API, "the Kubernetes API refused the request or cannot be reached"),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
+    (EXIT_PIPE, "the reader of the output went away (e.g. `| head`)"),
+)
+
+
+EPILOG_TITLE = "exit codes (every command):"
+
+
+def epilog(width: int = 79) -> str:
+    """The exit-code table as `--help` prints it, wrapped here (HelpFormatter keeps it)."""
+    import textwrap
+
+    rows = [
+        textwrap.fill(meaning, width, initial_indent=f"  {code:<5}", subsequent_indent=" " * 7)
+        for code, meaning in EXIT_CODES
+    ]
+    return EPILOG_TITLE + "\n" + "\n".join(rows)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, but the exit-code table keeps its lines."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith(EPILOG_TITLE):
+            return text
+        return super()._fill_text(text, width, indent)
+
+
+def add_epilog(parser: argparse.ArgumentParser) -> None:
+    """The exit-code table under `parser`'s help and every subcommand's, recursively."""
+    for each in walk(parser):
+        if each.epilog is None:
+            each.epilog = epilog()
+        if each.formatter_class is argparse.HelpFormatter:
+            each.formatter_class = HelpFormatter
+
+
+def walk(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """`parser` and every parser under it (subcommands), depth first, each once."""
+    found: list[argparse.ArgumentParser] = []
+    stack = [parser]
+    while stack:
+        current = stack.pop()
+        if any(current is seen for seen in found):
+            continue
+        found.append(current)
+        for action in current._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend(reversed(list(dict.fromkeys(action.choices.values()))))
+    return found
 
 
 @dataclass(frozen=True)
@@ -31,13 +97,15 @@ ERRORS: dict[str, ExitRule] = {
     "webhook.kube.client.KubeConfigError": ExitRule(EXIT_USAGE, "Kubernetes configuration"),
     "webhook.inject.workloads.InjectError": ExitRule(EXIT_FAILED, ""),
     "webhook.render.inputs.InputError": ExitRule(EXIT_USAGE, ""),
+    "webhook.commands.files.InputsError": ExitRule(EXIT_USAGE, ""),
     "webhook.certs.pki.CertificateError": ExitRule(EXIT_FAILED, "certificates"),
     "webhook.kube.secrets.ConflictError": ExitRule(EXIT_FAILED, "conflict (retry)"),
     "webhook.kube.secrets.StoreError": ExitRule(EXIT_API, "Kubernetes API"),
     "webhook.kube.access.ClusterAPIError": ExitRule(EXIT_API, "Kubernetes API"),
     "kubernetes.client.exceptions.ApiException": ExitRule(EXIT_API, "Kubernetes API"),
     "urllib3.exceptions.HTTPError": ExitRule(EXIT_API, "Kubernetes API unreachable"),
-    "builtins.OSError": ExitRule(EXIT_FAILED, ""),
+    # A file that cannot be read or written: the user fixes the path (as `-f` input does).
+    "builtins.OSError": ExitRule(EXIT_USAGE, ""),
 }
 
 

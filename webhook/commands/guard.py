@@ -11,16 +11,19 @@ toolset is then reported, not refused. Documents are read as `inject` reads them
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
 import sys
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import yaml
 
 from webhook import manifest_yaml
+from webhook.commands import files, output
 from webhook.commands.errors import EXIT_FAILED, EXIT_USAGE
-from webhook.commands.inject import offline_settings, read_input
+from webhook.commands.inject import offline_settings
 from webhook.config import Settings
 from webhook.guard import check, pss
 from webhook.inject.workloads import WORKLOAD_KINDS, pod_templates
@@ -40,8 +43,11 @@ claims an injection no toolset backs, is a violation.
 Each violation is one line: FILE:LINE: document N, KIND 'NAME': FIELD: REASON: MESSAGE, then
 Pod Security admission's own message for each pod that would be denied.
 
+-f is repeatable and takes - (stdin) and directories (-R: with subdirectories), as kubectl.
+-o json|yaml writes one GuardCheck object (docs/cli.md) instead of the lines.
+
 Exit 0: every pod would be admitted. 1: at least one would be denied. 2: the input (or part
-of it) cannot be read (the rest is still checked), or a usage error.
+of it) cannot be read (the rest is still checked), has no object at all, or a usage error.
 """
 
 _TOKEN = re.compile(r'\.?([A-Za-z0-9_]+)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]')
@@ -61,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("-f", "--filename", required=True, help="YAML file, or - for stdin")
+    files.add_filename(parser, "the manifests to check")
     parser.add_argument(
         "--level",
         choices=pss.LEVELS,
@@ -70,6 +76,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--config", help="settings file, as for `serve` (profiles, image)")
     parser.add_argument("--toolset-image", help="the toolset image the webhook injects")
+    output.add_output(parser)
     parser.set_defaults(func=run)
 
 
@@ -106,21 +113,31 @@ def field_line(root: Any, path: str) -> int:
 
 
 def check_bytes(
-    data: bytes, name: str, settings: Settings, level: pss.Level, out: TextIO, err: TextIO
+    data: bytes,
+    name: str,
+    settings: Settings,
+    level: pss.Level,
+    out: TextIO,
+    err: TextIO,
+    report: Report | None = None,
 ) -> int:
     """Check every pod in `data`; report to `out` (violations) and `err` (what cannot be read,
-    the summary). Returns the exit code."""
+    the summary), and into `report` (for -o json|yaml). Returns the exit code."""
+    report = report if report is not None else Report()
     try:
         manifest_yaml.check_encoding(data, name)
     except manifest_yaml.InputError as exc:
         print(f"sidecar-debug: {exc}", file=err)
+        report.unreadable.append({"file": name, "line": 1, "message": str(exc)})
         return EXIT_USAGE
     if data.startswith(manifest_yaml.UTF8_BOM):
         data = data[len(manifest_yaml.UTF8_BOM) :]
     unreadable = denied = checked = 0
+    documents_before = report.documents
     for chunk in manifest_yaml.split(data):
         if not chunk.index:
             continue
+        report.documents += manifest_yaml.has_content(chunk)
         where = f"{name}:{{line}}: document {chunk.index}"
         try:
             text = manifest_yaml.decode(chunk)
@@ -133,17 +150,24 @@ def check_bytes(
         except manifest_yaml.Problem as problem:
             unreadable += 1
             print(f"sidecar-debug: {where.format(line=problem.line)}: {problem.message}", file=err)
+            report.unreadable.append({"file": name, "line": problem.line,
+                                      "document": chunk.index, "message": problem.message})
             continue
         root = manifest_yaml.compose(body)  # line numbers, from libyaml's nodes
         base = chunk.input_line(prefix.count("\n"))
         for found in pod_templates(plain):
             at = where.format(line=base + field_line(root, found.path.rstrip(".")))
+            pod_line = base + field_line(root, found.path.rstrip("."))
             if found.pod is None:
                 unreadable += 1
                 print(f"sidecar-debug: {at}, {found.what}: {found.problem}", file=err)
+                report.unreadable.append({"file": name, "line": pod_line,
+                                          "document": chunk.index,
+                                          "message": f"{found.what}: {found.problem}"})
                 continue
             checked += 1
             result = check.evaluate(found.pod, settings, level, None)
+            violations: list[dict[str, Any]] = []
             for violation in result.violations:
                 path = found.path + violation.field
                 line = base + field_line(root, path)
@@ -152,11 +176,21 @@ def check_bytes(
                     f"{violation.message}",
                     file=out,
                 )
-            for note in result.notes():
+                violations.append({"field": path, "line": line, "reason": violation.reason,
+                                   "message": violation.message})
+            notes = list(result.notes())
+            for note in notes:
                 print(f"{at}, {found.what}: note: {note}", file=out)
             if not result.allowed:
                 denied += 1
                 print(f"{at}, {found.what}: would be denied: {result.message()}", file=out)
+            report.pods.append({
+                "file": name, "line": pod_line, "document": chunk.index, "object": found.what,
+                "allowed": result.allowed, "violations": violations, "notes": notes,
+                "message": "" if result.allowed else result.message(),
+            })
+    if report.documents == documents_before and not unreadable:
+        return 0  # no object at all: the caller says so (and fails when no input has one)
     summary = (
         f"sidecar-debug: {name}: {denied} of {checked} pods and pod templates would be "
         f"denied at level {level}"
@@ -169,10 +203,41 @@ def check_bytes(
     return EXIT_FAILED if denied else 0
 
 
+@dataclass
+class Report:
+    """What `guard check` found, for -o json|yaml (docs/cli.md: kind GuardCheck)."""
+
+    documents: int = 0
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    unreadable: list[dict[str, Any]] = field(default_factory=list)
+
+
 def run(args: argparse.Namespace) -> int:
     settings = offline_settings(args)
-    found = read_input(args.filename) if settings is not None else None
-    if settings is None or found is None:
+    if settings is None:
         return EXIT_USAGE
-    name, data = found
-    return check_bytes(data, name, settings, args.level, sys.stdout, sys.stderr)
+    inputs = files.read_all(args.filename, args.recursive)  # InputsError: one line, exit 2
+    report = Report()
+    text = args.output == "text"
+    out = sys.stdout if text else io.StringIO()
+    codes = []
+    for each in inputs:
+        before = report.documents
+        codes.append(check_bytes(each.data, each.name, settings, args.level, out, sys.stderr,
+                                 report))
+        if report.documents == before and not codes[-1] and len(inputs) > 1:
+            print(f"sidecar-debug: {each.name}: no objects (the input is empty or only "
+                  "comments)", file=sys.stderr)
+    code = max(codes)
+    if not report.documents and not code:
+        names = ", ".join(each.name for each in inputs)
+        print(f"sidecar-debug: guard check: no objects in {names}: nothing to check",
+              file=sys.stderr)
+        code = EXIT_USAGE
+    if not text:
+        denied = sum(1 for pod in report.pods if not pod["allowed"])
+        output.emit(output.document(
+            "GuardCheck", level=args.level, files=[each.name for each in inputs],
+            allowed=code == 0, checked=len(report.pods), denied=denied,
+            pods=report.pods, unreadable=report.unreadable), args.output)
+    return code

@@ -5,16 +5,23 @@ that is not injected, is copied byte for byte. Injected documents keep their com
 order and styles (webhook.manifest_yaml). Running it on its own output changes nothing (the
 status annotation makes it idempotent); running it again with other options is refused for the
 pods already injected. A document that cannot be read or injected is reported with its line
-and copied unchanged, the others go on; the exit code is then 1.
+and copied unchanged, the others go on; the exit code is then 2 (cannot be read) or 1 (cannot
+be injected). JSON input stays JSON (a changed document is written with its own indentation);
+`-o yaml|json` chooses one format for everything.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
+import re
 import sys
-from typing import BinaryIO, TextIO
+from dataclasses import dataclass
+from typing import Any, BinaryIO, TextIO
 
 from webhook import manifest_yaml
+from webhook.commands import files
 from webhook.commands.errors import EXIT_FAILED, EXIT_USAGE
 from webhook.config import Settings, load_settings
 from webhook.errors import SettingsError
@@ -35,7 +42,15 @@ Running it on its output again changes nothing. A pod already injected is not re
 another --profile, --runtime or --mode: that is refused (exit 1), because the hints and mounts
 added to the app's containers cannot be told apart from the manifest's own; inject the original
 manifest instead. A document that cannot be read or injected is reported (file:line) and copied
-unchanged; the others are still written, and the exit code is 1. Exit 2: a usage error.
+unchanged; the others are still written, and the exit code is 2 (a document cannot be read) or
+1 (a document cannot be injected).
+
+-f takes files, - (stdin) and directories (their .json, .yaml and .yml files, by name; -R:
+subdirectories too), repeated as often as needed: the output is one stream, the inputs in
+order, separated by `---`. JSON input stays JSON, indented as it was; -o yaml or -o json
+writes everything in one format (-o json: one object, or a v1 List of all of them, as
+`kubectl -o json` does). An input without any document is said on stderr; when no input has
+one, inject fails (exit 2), as `kubectl apply` does.
 """
 
 
@@ -46,7 +61,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("-f", "--filename", required=True, help="YAML file, or - for stdin")
+    files.add_filename(parser, "the manifests to inject")
+    parser.add_argument(
+        "-o", "--output", choices=("yaml", "json"),
+        help="the output documents' format (default: each input's own, YAML stays YAML byte "
+        "for byte and JSON stays JSON); yaml: JSON input written as YAML; json: every "
+        "document as JSON, several as a v1 List",
+    )
     parser.add_argument(
         "--profile",
         help="debug profile for every injected pod (default: each pod's annotation, then the "
@@ -90,14 +111,17 @@ class Reporter:
     def __init__(self, name: str, err: TextIO) -> None:
         self.name = name
         self.err = err
-        self.failed = 0  # documents with a problem
+        self.unreadable = 0  # documents that cannot be read (exit 2)
+        self.failed = 0  # documents that cannot be injected (exit 1)
+        self.documents = 0
+        self.not_text = False  # the whole input is no UTF-8 text (said in one line; exit 2)
 
     def say(self, chunk: manifest_yaml.Chunk, text: str, line: int | None = None) -> None:
         where = f"{self.name}:{line or chunk.line}: document {chunk.index}"
         print(f"sidecar-debug: {where}{text}", file=self.err)
 
     def problem(self, chunk: manifest_yaml.Chunk, problem: manifest_yaml.Problem) -> None:
-        self.failed += 1
+        self.unreadable += 1
         self.say(chunk, f": {problem.message} (copied unchanged)", problem.line)
 
     def outcomes(self, chunk: manifest_yaml.Chunk, outcomes: list[Outcome]) -> None:
@@ -116,6 +140,26 @@ class Reporter:
                 )
         self.failed += failed
 
+    def exit_code(self) -> int:
+        """2 when a document cannot be read, else 1 when one cannot be injected, else 0."""
+        if self.not_text:
+            return EXIT_USAGE
+        if self.unreadable or self.failed:
+            print(
+                f"sidecar-debug: {self.name}: {self.unreadable + self.failed} of "
+                f"{self.documents} documents could not be read or injected (above); they were "
+                "copied unchanged and every other document written",
+                file=self.err,
+            )
+        return EXIT_USAGE if self.unreadable else EXIT_FAILED if self.failed else 0
+
+
+@dataclass(frozen=True)
+class Options:
+    profile: str | None = None
+    runtime: str | None = None
+    mode: str | None = None
+
 
 def inject_bytes(
     data: bytes,
@@ -128,17 +172,32 @@ def inject_bytes(
     mode: str | None = None,
 ) -> int:
     """Write `data` with every injectable pod injected to `out`; report to `err`. Returns the
-    exit code: 0, or 1 when a document could not be read or injected (copied unchanged)."""
+    exit code: 0; 1 when a document could not be injected, 2 when one could not be read (both
+    copied unchanged)."""
+    return inject_input(data, name, settings, out, err, Options(profile, runtime, mode)).exit_code()
+
+
+def inject_input(
+    data: bytes, name: str, settings: Settings, out: BinaryIO, err: TextIO, options: Options
+) -> Reporter:
+    """inject_bytes' work; the Reporter holds what happened (documents, problems)."""
+    report = Reporter(name, err)
     try:
         manifest_yaml.check_encoding(data, name)
     except manifest_yaml.InputError as exc:
         print(f"sidecar-debug: {exc}", file=err)
-        return EXIT_FAILED
+        report.not_text = True
+        return report
+    stream = json_stream(data)
+    if stream is not None:
+        _inject_json(data, stream, settings, out, report, options)
+        return report
     if data.startswith(manifest_yaml.UTF8_BOM):
         out.write(manifest_yaml.UTF8_BOM)
         data = data[len(manifest_yaml.UTF8_BOM) :]
-    report = Reporter(name, err)
+    profile, runtime, mode = options.profile, options.runtime, options.mode
     chunks = manifest_yaml.split(data)
+    report.documents = sum(1 for c in chunks if manifest_yaml.has_content(c))
     for chunk in chunks:
         if chunk.index == 0:  # only comments or blank lines
             out.write(chunk.raw)
@@ -184,15 +243,99 @@ def inject_bytes(
             report.problem(chunk, problem)
             out.write(chunk.raw)
     out.flush()
-    if report.failed:
-        documents = sum(1 for c in chunks if c.index)
-        print(
-            f"sidecar-debug: {name}: {report.failed} of {documents} documents could not be read "
-            "or injected (above); they were copied unchanged and every other document written",
-            file=err,
+    return report
+
+
+# -- JSON input stays JSON ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JSONValue:
+    value: Any
+    start: int  # offsets in the text
+    end: int
+    line: int  # 1-based
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise ValueError("duplicate key")  # the YAML reader then reports it with both lines
+    return found
+
+
+def json_stream(data: bytes) -> list[JSONValue] | None:
+    """The JSON values of an input that is one or more JSON documents (as `kubectl get -o json`
+    writes, or a stream of them); None for anything else, which is read as YAML (a JSON
+    document with an error or a duplicate key too: the YAML reader names its line)."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None
+    if text.lstrip()[:1] not in ("{", "["):
+        return None
+    decoder = json.JSONDecoder(object_pairs_hook=_no_duplicates)
+    values: list[JSONValue] = []
+    position = 0
+    while True:
+        while position < len(text) and text[position] in " \t\r\n":
+            position += 1
+        if position == len(text):
+            return values
+        try:
+            value, end = decoder.raw_decode(text, position)
+        except ValueError:
+            return None
+        values.append(JSONValue(value, position, end, text.count("\n", 0, position) + 1))
+        position = end
+
+
+def _json_text(value: Any, original: str) -> str:
+    """`value` written as `original` was: indented with its indent (kubectl's 4 spaces when it
+    has none), or on one line."""
+    if "\n" not in original.strip():
+        compact = ", " not in original and ": " not in original
+        separators = (",", ":") if compact else (", ", ": ")
+        return json.dumps(value, ensure_ascii=False, separators=separators)
+    indent: str | int = 4
+    match = re.search(r"\n([ \t]+)\S", original)
+    if match:
+        indent = match.group(1) if "\t" in match.group(1) else len(match.group(1))
+    return json.dumps(value, ensure_ascii=False, indent=indent)
+
+
+def _inject_json(
+    data: bytes,
+    stream: list[JSONValue],
+    settings: Settings,
+    out: BinaryIO,
+    report: Reporter,
+    options: Options,
+) -> None:
+    """Inject each JSON document; those not changed are copied byte for byte, the others
+    rewritten as JSON with their own indentation."""
+    text = data.decode("utf-8-sig")
+    report.documents = len(stream)
+    pieces: list[str] = []
+    position = 0
+    for index, found in enumerate(stream, 1):
+        chunk = manifest_yaml.Chunk(b"", found.line, found.line, index)
+        result = inject_workload(
+            found.value, settings, options.profile, options.runtime, options.mode
         )
-        return EXIT_FAILED
-    return 0
+        report.outcomes(chunk, result.outcomes)
+        pieces.append(text[position : found.start])
+        original = text[found.start : found.end]
+        pieces.append(_json_text(result.document, original) if result.changed else original)
+        position = found.end
+    pieces.append(text[position:])
+    written = "".join(pieces)
+    if written == text:
+        out.write(data)
+    else:
+        bom = manifest_yaml.UTF8_BOM if data.startswith(manifest_yaml.UTF8_BOM) else b""
+        out.write(bom + written.encode())
+    out.flush()
 
 
 def offline_settings(args: argparse.Namespace) -> Settings | None:
@@ -205,19 +348,6 @@ def offline_settings(args: argparse.Namespace) -> Settings | None:
         return None
 
 
-def read_input(filename: str) -> tuple[str, bytes] | None:
-    """(the name messages use, the bytes) of -f FILE or - (stdin); None, said on stderr, when
-    it cannot be read."""
-    try:
-        if filename == "-":
-            return "<stdin>", sys.stdin.buffer.read()
-        with open(filename, "rb") as handle:
-            return filename, handle.read()
-    except OSError as exc:
-        print(f"sidecar-debug: cannot read {filename}: {exc.strerror}", file=sys.stderr)
-        return None
-
-
 def run(args: argparse.Namespace) -> int:
     settings = offline_settings(args)
     if settings is None:
@@ -226,17 +356,79 @@ def run(args: argparse.Namespace) -> int:
     if usage is not None:
         print(f"sidecar-debug: inject: {usage}", file=sys.stderr)
         return EXIT_USAGE
-    found = read_input(args.filename)
-    if found is None:
-        return EXIT_FAILED
-    name, data = found
-    return inject_bytes(
-        data,
-        name,
-        settings,
-        sys.stdout.buffer,
-        sys.stderr,
+    inputs = files.read_all(args.filename, args.recursive)  # InputsError: one line, exit 2
+    options = Options(
         profile=args.profile.strip() if args.profile else None,
         runtime=args.runtime.strip() if args.runtime else None,
         mode=args.mode,
     )
+    return inject_inputs(inputs, settings, options, args.output, sys.stdout.buffer, sys.stderr)
+
+
+def inject_inputs(
+    inputs: list[files.Input],
+    settings: Settings,
+    options: Options,
+    output: str | None,
+    out: BinaryIO,
+    err: TextIO,
+) -> int:
+    """Inject every input in order and write them as one stream to `out`: each in its own
+    format (output None), or all as YAML or as JSON (one object, or a List of them). The exit
+    code is the worst of the inputs'; an input with no object is said on `err`, and when no
+    input has one, that is an error (exit 2), as kubectl's `apply` says it."""
+    codes: list[int] = []
+    documents = 0
+    results: list[tuple[bool, bytes]] = []  # (JSON?, the injected bytes)
+    for each in inputs:
+        buffer = io.BytesIO()
+        report = inject_input(each.data, each.name, settings, buffer, err, options)
+        codes.append(report.exit_code())
+        documents += report.documents
+        if not report.documents and not report.not_text and len(inputs) > 1:
+            print(f"sidecar-debug: {each.name}: no objects (the input is empty or only "
+                  "comments)", file=err)
+        results.append((json_stream(buffer.getvalue()) is not None, buffer.getvalue()))
+    if output == "json":
+        out.write(_as_json(results).encode())
+    else:
+        previous: bytes | None = None
+        previous_json = False
+        for is_json, data in results:
+            if output == "yaml" and is_json:
+                data = "---\n".join(manifest_yaml.dump_plain(v.value)
+                                     for v in json_stream(data) or []).encode()
+                is_json = False
+            if previous is not None and data.strip():
+                if not previous.endswith(b"\n"):
+                    out.write(b"\n")
+                if not (is_json and previous_json) and not _STARTS_WITH_MARKER.match(data):
+                    out.write(b"---\n")
+            out.write(data)
+            if data.strip():
+                previous, previous_json = data, is_json
+    out.flush()
+    if not documents and not any(codes):
+        names = ", ".join(each.name for each in inputs)
+        print(f"sidecar-debug: inject: no objects in {names}: nothing to inject (give "
+              "manifests with at least one document)", file=err)
+        return EXIT_USAGE
+    return max(codes, default=0)
+
+
+_STARTS_WITH_MARKER = re.compile(rb"(?:[ \t]*(?:#[^\n]*)?\r?\n)*---(?:[ \t\r\n]|\Z)")
+
+
+def _as_json(results: list[tuple[bool, bytes]]) -> str:
+    """All documents as JSON: the one object, or a `List` of them (as `kubectl -o json`)."""
+    values: list[Any] = []
+    for is_json, data in results:
+        if is_json:
+            values.extend(v.value for v in json_stream(data) or [])
+        else:
+            values.extend(manifest_yaml.plain_documents(data))
+    if not values:
+        return ""
+    document = values[0] if len(values) == 1 else {
+        "apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": values}
+    return json.dumps(document, indent=4, ensure_ascii=False) + "\n"

@@ -11,10 +11,12 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.commands import output
 from webhook.config import Settings, load_settings
 from webhook.errors import SettingsError
 from webhook.identity import UserInfo
@@ -42,10 +44,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "check",
         help="validate policy files (exit 0 when all are valid, 1 otherwise)",
         description="Validate each FILE (a directory is validated as one policy, as the webhook "
-        "reads it). Errors are printed as FILE:LINE: PATH: PROBLEM.",
+        "reads it). Errors are printed as FILE:LINE: PATH: PROBLEM; -o json|yaml writes one "
+        "PolicyCheck object instead (docs/cli.md). Exit 1: a policy is invalid; 2: a FILE does "
+        "not exist.",
     )
     check.add_argument("files", nargs="+", metavar="FILE", help="policy file or directory")
     check.add_argument("--config", help="settings file (its profiles are the known profiles)")
+    output.add_output(check)
     check.set_defaults(func=check_command)
 
     explain = commands.add_parser(
@@ -88,7 +93,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     explain.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube)")
     explain.add_argument("--context", help="kubeconfig context")
     explain.add_argument("--config", help="settings file (profiles, policyPath, role prefix)")
-    explain.add_argument("--output", "-o", choices=("text", "json"), default="text")
+    output.add_output(explain)
     explain.set_defaults(func=explain_command)
 
     schema = commands.add_parser("schema", help="print the DebugPolicy JSON Schema")
@@ -117,16 +122,30 @@ def check_command(args: argparse.Namespace) -> int:
     settings = _settings(args.config)
     if settings is None:
         return 2
+    missing = [path for path in args.files if not os.path.exists(path)]
+    if missing:
+        print(f"sidecar-debug policy check: {', '.join(missing)}: no such file or directory",
+              file=sys.stderr)
+        return 2
     failed = False
+    results: list[dict[str, Any]] = []
     for path in args.files:
         try:
             policy = load_policy(path, settings.profiles)
         except PolicyError as exc:
             failed = True
             print(str(exc), file=sys.stderr)
+            results.append({"path": path, "valid": False, "rules": 0, "problems": [
+                {"file": p.source, "line": p.line, "field": p.path, "message": p.message}
+                for p in exc.problems]})
             continue
         rules = len(policy.rules)
-        print(f"{path}: OK ({rules} rule{'s' if rules != 1 else ''})")
+        results.append({"path": path, "valid": True, "rules": rules, "problems": []})
+        if args.output == "text":
+            print(f"{path}: OK ({rules} rule{'s' if rules != 1 else ''})")
+    if args.output != "text":
+        output.emit(output.document("PolicyCheck", valid=not failed, files=results),
+                    args.output)
     return 1 if failed else 0
 
 
@@ -201,6 +220,10 @@ def explain_command(args: argparse.Namespace) -> int:
         cluster = KubernetesClusterAPI(args.kubeconfig, args.context)
         if labels is not None:
             cluster = LabelOverride(cluster, labels)
+    if settings.policy_path and not os.path.exists(settings.policy_path):
+        print(f"sidecar-debug policy explain: {settings.policy_path}: no such file or directory",
+              file=sys.stderr)
+        return 2
     try:
         store = PolicyStore(settings.policy_path, settings.profiles)
     except PolicyError as exc:
@@ -233,8 +256,8 @@ def explain_command(args: argparse.Namespace) -> int:
         requested_image=args.image,
     )
     explanation = gate.explain(request)
-    if args.output == "json":
-        print(json.dumps(_as_json(request, explanation, settings), indent=2))
+    if args.output != "text":
+        output.emit(_as_json(request, explanation, settings), args.output)
     else:
         print(_as_text(request, explanation, settings, offline))
     return 0
@@ -251,7 +274,7 @@ def _decision(explanation: Explanation) -> str:
 
 def _as_json(request: PolicyRequest, explanation: Explanation, settings: Settings) -> Any:
     result = explanation.result
-    return {
+    fields: dict[str, Any] = {
         "request": {
             "namespace": request.namespace,
             "serviceAccount": request.service_account,
@@ -274,6 +297,7 @@ def _as_json(request: PolicyRequest, explanation: Explanation, settings: Setting
         "steps": explanation.trace,
         "accessReviews": explanation.access_checks,
     }
+    return output.document("PolicyExplanation", **fields)
 
 
 def _as_text(

@@ -50,7 +50,20 @@ def _load(name: str) -> inputs.Loaded:
 def _render(args: argparse.Namespace) -> int:
     after = _load(args.stacks)
     before = _load(args.diff) if args.diff else None
+    if before is not None and before.unit != after.unit:
+        raise inputs.InputError(
+            f"{args.diff} counts {before.unit} ({before.format}) and {args.stacks} counts "
+            f"{after.unit} ({after.format}): a differential graph compares profiles of one unit")
     meta = inputs.read_meta(_read(args.meta), args.meta) if args.meta else {}
+    repaired = [f"{name}: {warning}" for name, loaded in (
+        ("stdin" if args.stacks == "-" else args.stacks, after), (args.diff, before))
+        if loaded is not None for warning in loaded.warnings]
+    if repaired:  # on the page with the recording's own warnings, and said here
+        notes = meta.get("warnings")
+        kept = [notes] if isinstance(notes, str) else notes if isinstance(notes, list) else []
+        meta = {**meta, "warnings": [*kept, *repaired]}
+        for line in repaired:
+            print(f"sidecar-debug render: warning: {line}", file=sys.stderr)
     source = "stdin" if args.stacks == "-" else Path(args.stacks).name
     title = args.title or (f"{Path(args.diff).name} -> {source}" if args.diff else source)
     plain = Path(args.stacks).with_suffix("") if args.stacks.endswith(".gz") else Path(
@@ -65,6 +78,9 @@ def _render(args: argparse.Namespace) -> int:
     else:
         Path(output).write_text(page.html, encoding="utf-8")
         lines = render.summary(profile)
+        if before is not None:  # each side's real total: the page scales A to compare
+            base = render.Profile(before.stacks, unit=before.unit)
+            lines.append(f"base {Path(args.diff).name}: " + render.summary(base)[0].strip())
         print(f"{output}: {after.format}, " + "; ".join(" ".join(line.split()) for line in lines),
               file=sys.stderr)
     return 0

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from webhook import constants
+from webhook.commands import output
 from webhook.policy.model import parse_duration
 
 _DURATION = re.compile(r"^([0-9]+[dhms])+$")
@@ -39,8 +40,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "graph (search, click to zoom), differential flame graphs between two runs, downloads "
         "as folded stacks, speedscope JSON and pprof. Reads DIR only.")
     serve.add_argument("--port", type=int, default=8080, help="port (default 8080)")
-    serve.add_argument("--host", default="0.0.0.0",  # noqa: S104 - a pod's server
-                       help="address to listen on (default 0.0.0.0)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default 127.0.0.1: this machine only; the "
+                       "page has no authentication, so 0.0.0.0 shows every run in DIR to "
+                       "anyone who can reach the port)")
     serve.set_defaults(func=_serve)
 
     service = commands.add_parser(
@@ -79,13 +82,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     service.set_defaults(func=_service)
 
     opener = commands.add_parser(
-        "open", help="open the cluster's results page as yourself (port-forward + your token)",
+        "open", help="open the cluster's results page as yourself (port-forward + a token)",
         description="Port-forward to the results service's pod with your own rights "
-        "(pods/portforward in its namespace) and serve the page on 127.0.0.1, adding your "
-        "kubeconfig's bearer token to each request: you see the namespaces RBAC lets you read "
-        "(get debugresults.sidecar-debug.io). A kubeconfig that authenticates with a client "
-        "certificate has no token to send: pass --token (e.g. a ServiceAccount token), "
-        "see docs/schedules.md.")
+        "(pods/portforward in its namespace) and serve the page on 127.0.0.1, adding a bearer "
+        "token to each request: you see the namespaces RBAC lets you read (get "
+        "debugresults.sidecar-debug.io). Where the kubeconfig's identity is a service account "
+        "(or with --service-account), the token is a TokenRequest bound to the service's "
+        "readers' audience, useless elsewhere; otherwise the kubeconfig's own token is sent, "
+        "with a warning (--require-bound-token refuses instead). See docs/schedules.md.")
     opener.add_argument("-n", "--namespace", default=constants.PRODUCT,
                         help=f"the release's namespace (default {constants.PRODUCT})")
     opener.add_argument("--release", default=constants.PRODUCT,
@@ -94,19 +98,36 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="local port on 127.0.0.1 (default 8080; 0: any)")
     opener.add_argument("--remote-port", type=int, default=8081,
                         help="the service's port-forward port (default 8081)")
-    opener.add_argument("--token", help="bearer token to send instead of the kubeconfig's")
+    opener.add_argument("--token", help="bearer token to send, as it is, instead of one "
+                        "chosen from the kubeconfig")
+    opener.add_argument("--service-account", metavar="NAMESPACE/NAME",
+                        help="read as this service account, with tokens bound to the results "
+                        "service (needs create on its serviceaccounts/token)")
+    opener.add_argument("--require-bound-token", action="store_true",
+                        help="refuse rather than send the kubeconfig's own token when no "
+                        "audience-bound token can be had")
     opener.add_argument("--kubeconfig", help="kubeconfig file")
     opener.add_argument("--context", help="kubeconfig context")
     opener.set_defaults(func=_open)
 
     listing = commands.add_parser("list", parents=[common], help="list stored runs")
     listing.add_argument("-n", "--namespace", help="only this namespace")
+    output.add_output(listing)
     listing.set_defaults(func=_list)
 
-    prune = commands.add_parser("prune", parents=[common],
-                                help="remove runs beyond a count per pod or older than an age")
-    prune.add_argument("--keep", type=int, help="runs kept per pod (newest first)")
-    prune.add_argument("--max-age", type=duration, help="remove runs older than this (e.g. 30d)")
+    prune = commands.add_parser(
+        "prune", parents=[common],
+        help="remove runs beyond a count per pod or older than an age",
+        description="Remove runs beyond the newest --keep of each pod and runs older than "
+        "--max-age, and print each one removed. 0 means no limit, as in the chart "
+        "(results.retention.count and maxAge): `--keep 0` removes nothing by count. "
+        "--dry-run prints what would go and removes nothing.")
+    prune.add_argument("--keep", type=int,
+                       help="runs kept per pod, newest first (0: no limit by count)")
+    prune.add_argument("--max-age", type=duration,
+                       help="remove runs older than this, e.g. 30d (0d: no limit by age)")
+    prune.add_argument("--dry-run", action="store_true",
+                       help="print what would be removed; remove nothing")
     prune.set_defaults(func=_prune)
     parser.set_defaults(func=lambda args: _usage(parser))
 
@@ -122,6 +143,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                        help="namespace the annotation is for (default: default)")
     check.add_argument("--pod", help="the pod it is for (default: a namespace annotation)")
     check.add_argument("--runs", type=int, default=3, help="next runs to show (default 3)")
+    output.add_output(check)
     check.set_defaults(func=_check_schedule)
     schedule.set_defaults(func=lambda args: _usage(schedule))
 
@@ -143,17 +165,29 @@ def _check_schedule(args: argparse.Namespace) -> int:
         schedules = parse(text, namespace=args.namespace, pod=args.pod)
     except ScheduleError as error:
         print(f"sidecar-debug schedule check: {error}", file=sys.stderr)
+        if args.output != "text":
+            output.emit(output.document("ScheduleCheck", valid=False, error=str(error),
+                                        schedules=[]), args.output)
         return 1
     now = datetime.now(UTC)
+    found = []
     for schedule in schedules:
-        print(f"{schedule.key}: {schedule.describe()}")
-        moment = now
+        moment, upcoming_runs = now, []
         for _ in range(max(args.runs, 0)):
             upcoming = schedule.cron.next(moment)
             if upcoming is None:
                 break
-            print(f"  next: {upcoming:%Y-%m-%d %H:%M} UTC")
+            upcoming_runs.append(upcoming)
             moment = upcoming
+        found.append({"key": schedule.key, "description": schedule.describe(),
+                      "nextRuns": [f"{t:%Y-%m-%dT%H:%M:%SZ}" for t in upcoming_runs]})
+        if args.output == "text":
+            print(f"{schedule.key}: {schedule.describe()}")
+            for upcoming in upcoming_runs:
+                print(f"  next: {upcoming:%Y-%m-%d %H:%M} UTC")
+    if args.output != "text":
+        output.emit(output.document("ScheduleCheck", valid=True, error="", schedules=found),
+                    args.output)
     return 0
 
 
@@ -172,10 +206,34 @@ def _serve(args: argparse.Namespace) -> int:
     from webhook.results.web import create_app
     from webhook.server.results_server import serve_wsgi
 
-    print(f"results page on http://{args.host}:{args.port}/ (runs in {args.dir})",
-          file=sys.stderr, flush=True)
-    serve_wsgi(create_app(args.dir), args.host, args.port)
+    if not 0 <= args.port < 65536:
+        print(f"sidecar-debug results serve: --port {args.port} is not a TCP port (0: any free "
+              "one)", file=sys.stderr)
+        return 2
+
+    def listening(urls: list[str]) -> None:
+        for url in urls:
+            print(f"results page on {url}/ (runs in {args.dir}; no authentication)",
+                  file=sys.stderr, flush=True)
+        if not _loopback(args.host):
+            print(f"warning: listening on {args.host}, not only this machine: anyone who can "
+                  "reach the port reads every run in the directory (--host 127.0.0.1 keeps it "
+                  "local; `sidecar-debug results open` serves the cluster's page with RBAC)",
+                  file=sys.stderr, flush=True)
+
+    serve_wsgi(create_app(args.dir), args.host, args.port, on_listening=listening)
     return 0
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -184,7 +242,16 @@ def _list(args: argparse.Namespace) -> int:
     if _no_directory(args):
         return 2
 
-    for run in Store(args.dir).runs(args.namespace):
+    runs = Store(args.dir).runs(args.namespace)
+    if args.output != "text":
+        output.emit(output.document("RunList", items=[{
+            "id": run.id, "namespace": run.namespace, "pod": run.pod, "run": run.name,
+            "started": f"{run.started.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}",
+            "technique": run.technique, "samples": run.samples,
+            "failed": run.failed, "reason": run.reason, "message": run.message,
+        } for run in runs]), args.output)
+        return 0
+    for run in runs:
         print(f"{run.id}\tfailed ({run.reason}): {run.message}" if run.failed
               else f"{run.id}\t{run.samples} samples")
     return 0
@@ -198,14 +265,27 @@ def _prune(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     if args.keep is not None and args.keep < 0:
-        print("sidecar-debug results prune: --keep must be 0 or more", file=sys.stderr)
+        print("sidecar-debug results prune: --keep must be 0 (no limit) or more",
+              file=sys.stderr)
         return 2
     if _no_directory(args):
         return 2
-    removed = Store(args.dir).prune(keep=args.keep, max_age=args.max_age,
-                                    now=datetime.now(UTC))
+    # 0 is "no limit", as the chart's results.retention.count and maxAge: the same number
+    # never means "keep everything" in the chart and "delete everything" here.
+    keep = args.keep or None
+    max_age = args.max_age or None
+    if keep is None and max_age is None:
+        print("sidecar-debug results prune: nothing to remove: 0 means no limit (as "
+              "results.retention.count: 0 in the chart); to remove runs, give --keep 1 or "
+              "more, or --max-age (e.g. 30d)", file=sys.stderr)
+        return 0
+    removed = Store(args.dir).prune(keep=keep, max_age=max_age, now=datetime.now(UTC),
+                                    dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
     for run in removed:
-        print(f"removed {run.id}")
+        print(f"{verb} {run.id}")
+    print(f"{verb} {len(removed)} run{'s' if len(removed) != 1 else ''}"
+          + (" (dry run: nothing removed)" if args.dry_run else ""), file=sys.stderr)
     return 0
 
 
@@ -224,7 +304,7 @@ def _service(args: argparse.Namespace) -> int:
     from webhook.results.failures import Notifier
     from webhook.results.mirror import cluster_mirrors
     from webhook.results.planner import Planner
-    from webhook.results.service import Retention, Service, create_service_app
+    from webhook.results.service import Retention, Service, create_service_app, quota_bytes
     from webhook.server.results_server import serve_wsgi
 
     if _no_directory(args):
@@ -257,7 +337,9 @@ def _service(args: argparse.Namespace) -> int:
     service = Service(args.dir, Authenticator(reviewer, args.audience),
                       Planner(settings, gate, args.dir, max_concurrent=args.max_concurrent_runs),
                       pods, namespaces, Retention.from_environment(os.environ),
-                      exporters=exporters, notifier=notifier)
+                      exporters=exporters, notifier=notifier,
+                      quota=quota_bytes(os.environ.get(constants.ENV_RESULTS_NAMESPACE_QUOTA),
+                                        Path(args.dir)))
     app = create_service_app(service)
 
     def start(worker: object) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook import constants
+from webhook.commands import output as printed
 from webhook.sessions import copyback
 from webhook.sessions import session as sessions
 
@@ -112,7 +113,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     doc = subparsers.add_parser(
         "doctor", parents=[common],
         help="say which debugging techniques work in a pod, and why the others do not")
-    doc.add_argument("--json", action="store_true", help="machine-readable output")
+    printed.add_output(doc, json_alias=True)
     doc.add_argument("--expect", metavar="LIST", help="techniques that must work (exit 1 if not)")
     doc.set_defaults(func=_doctor)
 
@@ -155,8 +156,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing.add_argument("--policy", metavar="PATH",
                          help="policy file or directory to compute expiry with (the chart's "
                          "policies: `kubectl get configmap RELEASE-policies`)")
-    listing.add_argument("-o", "--output", choices=["table", "json"], default="table",
-                         help="table (default) or json")
+    printed.add_output(listing, text="table")
     listing.set_defaults(func=_list_sessions)
 
 
@@ -211,8 +211,9 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    return _run(args, lambda session: sessions.doctor(session, as_json=args.json,
-                                                      expect=args.expect))
+    return _run(args, lambda session: sessions.doctor(
+        session, as_json=args.output == "json", as_yaml=args.output == "yaml",
+        expect=args.expect))
 
 
 def _attach(args: argparse.Namespace) -> int:
@@ -260,10 +261,9 @@ def _list_sessions(args: argparse.Namespace) -> int:
         return error.code
     pods = [p for p in answer.get("items") or [] if isinstance(p, dict)]
     rows = session_rows(pods, dt.datetime.now(dt.UTC), rules)
-    if args.output == "json":
-        import json
-
-        print(json.dumps(rows, indent=2))
+    if args.output != "table":
+        # A list of rows (kept as it was before kinds: scripts read it as a list).
+        printed.emit(rows, args.output)
         return 0
     if not rows:
         where = f"namespace {namespace}" if namespace else "any namespace"

@@ -145,7 +145,7 @@ def build_attach_container(
     """The ephemeral toolset container for `pod`: the settings' image and command, the profile's
     environment (and securityContext when the cluster allows one), our marker, and mounts of the
     pod's shared emptyDirs (plus the profile's hostPaths the pod already has)."""
-    env = toolset_env(profile) if profile is not None else []
+    env = toolset_env(profile, settings) if profile is not None else []
     env.append({"name": constants.ENV_ATTACHED, "value": constants.ENV_ATTACHED_VALUE})
     container: dict[str, Any] = {
         "name": name,

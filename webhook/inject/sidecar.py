@@ -164,14 +164,23 @@ def _apply_env_hints(container: dict[str, Any], hints: list[EnvHint]) -> None:
         del container["env"]
 
 
-def toolset_env(profile: Profile) -> list[dict[str, Any]]:
+def toolset_env(profile: Profile, settings: Settings) -> list[dict[str, Any]]:
     """The toolset container's environment for `profile`: the profile's own variables, then its
-    name and techniques (the injected sidecar and the container `attach` adds share it)."""
+    name and techniques, then the debuginfod servers of the settings (when there are any); the
+    injected sidecar and the container `attach` adds share it."""
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in profile.env]
     env += [
         {"name": constants.ENV_PROFILE, "value": profile.name},
         {"name": constants.ENV_TECHNIQUES, "value": ",".join(sorted(profile.techniques))},
     ]
+    if settings.debuginfod_urls.split():
+        env += [
+            {"name": constants.ENV_DEBUGINFOD_URLS,
+             "value": " ".join(settings.debuginfod_urls.split())},
+            {"name": constants.ENV_DEBUGINFOD_MAXTIME,
+             "value": str(settings.debuginfod_timeout_seconds)},
+            {"name": constants.ENV_DEBUGINFOD_MAXSIZE, "value": str(settings.debuginfod_max_bytes)},
+        ]
     return env
 
 
@@ -235,7 +244,7 @@ def build_sidecar(
     """The toolset container; `exit_with` (the app containers' names) makes it exit once the
     app has (a pod that runs to completion, without native sidecars)."""
     profile = plan.profile
-    env = toolset_env(profile)
+    env = toolset_env(profile, settings)
     if exit_with is not None:
         env += [
             {"name": constants.ENV_EXIT_WITH_APP, "value": constants.ENV_EXIT_WITH_APP_VALUE},

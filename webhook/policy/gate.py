@@ -194,8 +194,10 @@ class PolicyGate:
             self._namespace_failures.put(namespace, str(failure))
             raise failure from exc
         # Kubernetes >= 1.21 sets this label itself; older clusters get it here so selectors
-        # written for current clusters behave the same.
-        fetched.setdefault(constants.LABEL_NAMESPACE_NAME, namespace)
+        # written for current clusters behave the same. Always the name: on < 1.21 anyone who
+        # may label the namespace can write the label (issue 24), and a rule selecting
+        # `kubernetes.io/metadata.name` means the namespace of that name.
+        fetched[constants.LABEL_NAMESPACE_NAME] = namespace
         self._namespace_cache.put(namespace, fetched)
         return fetched
 

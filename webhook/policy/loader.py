@@ -1,5 +1,13 @@
 """Reading policy files: YAML and schema checks with file, line and path, and PolicyStore,
-which reloads changed files and keeps the last good policy on a broken change."""
+which reloads changed files and keeps the last good policy on a broken change.
+
+Every file is read within the budget of the inject path's YAML (webhook.manifest_yaml.scan):
+at most MAX_POLICY_BYTES, collections nested at most MAX_POLICY_DEPTH deep, aliases adding at
+most ALIAS_NODE_BUDGET nodes, checked by libyaml's event parser in linear time before any
+Python object is built (a 488-byte alias bomb took `policy check` past 30 s and 2.5 GB).
+The webhook reloads in a thread of its own: a review never waits for a reload, and a reload
+that fails leaves the last good policy in force (a log line and
+sidecar_debug_policy_reloads_total{outcome="failed"})."""
 
 from __future__ import annotations
 
@@ -7,6 +15,7 @@ import datetime as dt
 import difflib
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -19,6 +28,7 @@ from typing import Any, cast
 import jsonschema
 import yaml
 
+from webhook import manifest_yaml, metrics
 from webhook.errors import SettingsError
 from webhook.policy.model import (
     MAX_SCHEDULE_SECONDS,
@@ -43,6 +53,9 @@ KIND = "DebugPolicy"
 
 # How often evaluate() looks at the policy files' modification times.
 RELOAD_CHECK_SECONDS = 2.0
+# The budget of one policy file (the shipped ones are a few KiB and nest 7 deep).
+MAX_POLICY_BYTES = 1 << 20
+MAX_POLICY_DEPTH = 32
 
 
 # Used when settings.policy_path is None: every profile may be requested, privileged ones only
@@ -109,7 +122,27 @@ class _Document:
         return Problem(self.source, self.line(path), _format_path(path), message)
 
 
+def _budget(text: str, source: str) -> None:
+    """PolicyError unless `text` is within a policy file's budget (size, depth, aliases)."""
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate: no file holds one
+        line = text.count("\n", 0, exc.start) + 1
+        raise PolicyError([Problem(source, line, "", "not UTF-8 text (a lone surrogate)")]
+                          ) from None
+    if len(data) > MAX_POLICY_BYTES:
+        raise PolicyError([Problem(source, None, "", f"{len(data)} bytes, more than a policy "
+                                   f"file may have ({MAX_POLICY_BYTES}); split it into files "
+                                   "of a directory")])
+    try:
+        manifest_yaml.scan(text, manifest_yaml.Chunk(data, 1, 1, 1), max_depth=MAX_POLICY_DEPTH,
+                           duplicates=False)
+    except manifest_yaml.Problem as problem:
+        raise PolicyError([Problem(source, problem.line, "", problem.message)]) from None
+
+
 def _parse_yaml(text: str, source: str) -> _Document:
+    _budget(text, source)
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
@@ -180,7 +213,8 @@ def _schema_problems(document: _Document) -> list[Problem]:
         path: PathKey = tuple(error.absolute_path)
         if error.validator == "additionalProperties" and isinstance(error.instance, dict):
             known = list((error.schema.get("properties") or {}).keys())
-            for key in sorted(set(error.instance) - set(known)):
+            # str(): YAML keys may be null, numbers or dates (`~: x`, `1: x`)
+            for key in sorted({str(k) for k in error.instance} - set(known)):
                 problems.append(
                     document.problem(
                         (*path, key),
@@ -456,17 +490,29 @@ def load_policy(path: str | None, profiles: Mapping[str, Profile]) -> Policy:
     texts: list[tuple[str, str]] = []
     for file in files:
         try:
-            texts.append((str(file), file.read_text()))
+            with file.open("rb") as handle:
+                data = handle.read(MAX_POLICY_BYTES + 1)  # the budget: never the whole file
+            if len(data) > MAX_POLICY_BYTES:
+                raise PolicyError([Problem(str(file), None, "", f"more than {MAX_POLICY_BYTES} "
+                                           "bytes, more than a policy file may have; split it "
+                                           "into files of a directory")])
+            texts.append((str(file), data.decode("utf-8")))
         except (OSError, UnicodeDecodeError) as exc:
             raise PolicyError([Problem(str(file), None, "", f"cannot read: {exc}")]) from exc
     return parse_policy_texts(texts, profiles)
 
 
 class PolicyStore:
-    """The current Policy, reloaded when the files change (checked at most every few seconds).
+    """The current Policy, reloaded when the files change (looked at every few seconds).
 
-    A broken change is logged once and the last good policy stays in force; the start-up load
-    raises, so a webhook never starts with a policy it cannot read.
+    current() never waits for a reload: when the interval has passed it starts one in a thread
+    of its own (at most one at a time) and answers with the policy in force. A watcher thread
+    (one per process, started by the first current() so that it lives in a forked worker)
+    also looks every interval: a change takes effect without waiting for a review to notice
+    it, so the first pod after an edit already meets the new policy. The new policy is
+    built aside and swapped in with one assignment; a broken change is logged once, counted
+    (sidecar_debug_policy_reloads_total{outcome="failed"}) and the last good policy stays.
+    The start-up load raises, so a webhook never starts with a policy it cannot read.
     """
 
     def __init__(
@@ -476,16 +522,21 @@ class PolicyStore:
         *,
         check_interval: float = RELOAD_CHECK_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        watch: bool | None = None,
     ) -> None:
         self.path = path
+        # A test's fake clock drives reloads itself; a watcher on real time would race it.
+        self._watch = (clock is time.monotonic) if watch is None else watch
+        self._watcher_pid: int | None = None
         self._profiles = profiles
         self._interval = check_interval
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # held only to start a reload, never while parsing
         self._signature = self._files_signature()
         self._policy = load_policy(path, profiles)
         self._failed_signature: object = None
         self._next_check = clock() + check_interval
+        self._reloading: threading.Thread | None = None
         self.last_error: str | None = None
 
     def _files_signature(self) -> object:
@@ -501,32 +552,71 @@ class PolicyStore:
             return ("unreadable", str(exc))
 
     def current(self) -> Policy:
-        if self.path is None or self._clock() < self._next_check:
+        if self.path is None:
             return self._policy
+        if self._watch and self._watcher_pid != os.getpid():
+            self._start_watcher()
+        if self._clock() >= self._next_check:
+            self._start_reload()
+        return self._policy
+
+    def _start_reload(self) -> None:
         with self._lock:
-            if self._clock() < self._next_check:
-                return self._policy
-            self._next_check = self._clock() + self._interval
+            if self._clock() >= self._next_check and self._reloading is None:
+                self._next_check = self._clock() + self._interval
+                self._reloading = threading.Thread(target=self._reload, name="policy-reload",
+                                                   daemon=True)
+                self._reloading.start()
+
+    def _start_watcher(self) -> None:
+        with self._lock:
+            if self._watcher_pid == os.getpid():
+                return
+            self._watcher_pid = os.getpid()
+            # Threads do not survive a fork: a gunicorn worker starts its own on first use.
+            self._reloading = None
+        threading.Thread(target=self._watch_files, name="policy-watch", daemon=True).start()
+
+    def _watch_files(self) -> None:
+        pid = os.getpid()
+        while self._watcher_pid == pid:
+            time.sleep(self._interval)
+            self._start_reload()
+
+    def wait_for_reload(self, timeout: float | None = None) -> None:
+        """Until a reload in progress has ended (for tests and `policy` commands)."""
+        thread = self._reloading
+        if thread is not None:
+            thread.join(timeout)
+
+    def _reload(self) -> None:
+        try:
             signature = self._files_signature()
             if signature in (self._signature, self._failed_signature):
-                return self._policy
+                return
             try:
                 policy = load_policy(self.path, self._profiles)
-            except PolicyError as exc:
+            except (PolicyError, RecursionError, MemoryError, ValueError) as exc:
+                message = str(exc) if isinstance(exc, PolicyError) else \
+                    f"{self.path}: cannot be read: {type(exc).__name__}"
                 self._failed_signature = signature
-                self.last_error = str(exc)
+                self.last_error = message
+                metrics.POLICY_RELOADS.labels(outcome="failed").inc()
                 log.error(
                     "policy reload failed, keeping the last good policy: %s",
-                    str(exc).replace("\n", "; "),
+                    message.replace("\n", "; "),
                     extra={"event": "policy-reload-failed"},
                 )
-                return self._policy
+                return
             self._policy, self._signature = policy, signature
             self._failed_signature, self.last_error = None, None
+            metrics.POLICY_RELOADS.labels(outcome="reloaded").inc()
             log.info(
                 "policy reloaded from %s (%d rules)",
                 self.path,
                 len(policy.rules),
                 extra={"event": "policy-reloaded"},
             )
-            return self._policy
+        finally:
+            with self._lock:
+                self._reloading = None

@@ -27,6 +27,7 @@
   var names = data.names;
   var differential = !!data.differential;
   var unit = data.unit || "samples";
+  var scale = data.scale || 1; // differential: A's counts times this compare with B's
   var unnamed = new Set(data.unnamed || []);
   var svg = $("flame");
   var graph = $("graph");
@@ -42,7 +43,7 @@
   function Node(name, parent) {
     this.n = name; // index into names; -1 for the root
     this.v = 0; // samples in this frame and above (B's in a differential graph)
-    this.b = 0; // the same in A (differential)
+    this.b = 0; // the same in A (differential; real counts: scaled by `scale` to compare)
     this.p = parent;
     this.d = parent ? parent.d + 1 : 0;
     this.kids = null; // [Node] (few) or Map name index -> Node
@@ -150,11 +151,12 @@
   }
   function color(node) {
     if (differential) {
-      var delta = node.v - node.b;
-      if (Math.abs(delta) < 1) {
+      var scaled = node.b * scale, delta = node.v - scaled;
+      if (Math.abs(delta) < 1e-9 * Math.max(root.v, 1) || (unit === "samples" &&
+          Math.abs(delta) < 1)) {
         return "rgb(225,225,225)";
       }
-      var strength = Math.min(1, Math.abs(delta) / Math.max(node.b, node.v, 1));
+      var strength = Math.min(1, Math.abs(delta) / Math.max(scaled, node.v, 1e-300));
       var c = Math.round(225 - 165 * strength);
       return delta > 0 ? "rgb(255," + c + "," + c + ")" : "rgb(" + c + "," + c + ",255)";
     }
@@ -175,20 +177,56 @@
   function percent(value, of) {
     return (100 * value / (of || 1)).toFixed(2) + " %";
   }
+  // Amounts as a person reads them (webhook/render/model.py amount() writes the same): samples
+  // as they are, time in the largest unit it holds one of (4.31 s), bytes in KiB/MiB/GiB.
+  var TIME = [["s", 1], ["ms", 1e-3], ["\u00b5s", 1e-6], ["ns", 1e-9]];
+  var SECONDS = {"s": 1, "ms": 1e-3, "\u00b5s": 1e-6, "ns": 1e-9};
+  var BYTES = [["GiB", 1073741824], ["MiB", 1048576], ["KiB", 1024]];
+  function figure(value) {
+    return Math.abs(value) >= 100 ? value.toFixed(0) : String(Number(value.toPrecision(3)));
+  }
+  function count(value) {
+    return Number.isInteger(value) ? String(value) : String(Number(value.toFixed(3)));
+  }
   function amount(value) {
-    return value + " " + unit;
+    var i;
+    if (SECONDS[unit] !== undefined) {
+      var seconds = value * SECONDS[unit];
+      for (i = 0; i < TIME.length; i++) {
+        if (Math.abs(seconds) >= TIME[i][1] || i === TIME.length - 1) {
+          return figure(seconds / TIME[i][1]) + " " + TIME[i][0];
+        }
+      }
+    }
+    if (unit === "bytes") {
+      for (i = 0; i < BYTES.length; i++) {
+        if (Math.abs(value) >= BYTES[i][1]) {
+          return figure(value / BYTES[i][1]) + " " + BYTES[i][0];
+        }
+      }
+      return figure(value) + " bytes";
+    }
+    return count(value) + " " + unit;
+  }
+  function approx(value) { // a scaled count: a tenth of a sample is precise enough
+    return amount(unit === "samples" ? Math.round(value * 10) / 10 : value);
+  }
+  function signed(value, text) {
+    return (value >= 0 ? "+" : "-") + text;
   }
   function clip(text, limit) {
     return text.length <= limit ? text : text.slice(0, limit) + "... (" + text.length +
       " characters)";
   }
   function describe(node, limit) {
-    var name = clip(visible(node), limit);
+    var name = clip(visible(node), limit) || "(empty frame name)";
     var parent = node.p || node;
     if (differential) {
-      var delta = node.v - node.b;
-      return name + "\nA " + node.b + ", B " + amount(node.v) + " (" + (delta >= 0 ? "+" : "") +
-        delta + "), " + percent(node.v, root.v) + " of all B";
+      var scaled = node.b * scale, delta = node.v - scaled;
+      return name + "\nA " + amount(node.b) + (scale === 1 ? "" : " (" + approx(scaled) +
+        " scaled)") + ", B " + amount(node.v) + " (" + signed(delta, approx(Math.abs(delta))) +
+        (scale === 1 ? "" : " against scaled A") + "), " + percent(node.v, root.v) +
+        " of all B";
     }
     return name + "\n" + amount(node.v) + ", " + percent(node.v, root.v) + " of all, " +
       percent(node.v, parent.v) + " of the parent";
@@ -330,7 +368,9 @@
   $("title").textContent = data.title;
   (data.facts || []).forEach(function (pair) { fact(pair[0], pair[1]); });
   if (differential) {
-    fact("samples", "A " + root.b + ", B " + root.v + " " + unit, "samples");
+    fact(unit === "samples" ? "samples" : "total", "A " + amount(root.b) + ", B " +
+      amount(root.v) + (scale === 1 ? "" : " (A scaled \u00d7" + figure(scale) +
+      " to compare)"), "samples");
     $("legend").hidden = false;
   } else {
     fact(unit === "samples" ? "samples" : "total", unit === "samples" ? String(root.v) :
@@ -364,12 +404,14 @@
     var lines = [];
     for (var i = 0; i < stacks.length; i++) {
       var stack = stacks[i].map(function (n) { return names[n]; }).join(";");
-      lines.push(stack + (differential ? " " + data.before[i] : "") + " " + data.counts[i]);
+      // difffolded.pl -n's form: A scaled to B's total
+      lines.push(stack + (differential ? " " + Math.round(data.before[i] * scale) : "") + " " +
+        data.counts[i]);
     }
     return lines.join("\n") + "\n";
   }
   var SPEEDSCOPE_UNITS = {"samples": "none", "ns": "nanoseconds", "\u00b5s": "microseconds",
-    "bytes": "bytes"};
+    "ms": "milliseconds", "s": "seconds", "bytes": "bytes"};
   function speedscope() {
     return JSON.stringify({
       "$schema": "https://www.speedscope.app/file-format-schema.json",
@@ -407,7 +449,7 @@
       }
     }
     var strings = ["", unit === "samples" ? "samples" : "total",
-      unit === "samples" ? "count" : unit === "\u00b5s" ? "microseconds" : unit];
+      unit === "samples" ? "count" : SPEEDSCOPE_UNITS[unit] || unit];
     var valueType = [];
     int(valueType, 1, 1);
     int(valueType, 2, 2);
@@ -417,7 +459,7 @@
       for (var j = stack.length - 1; j >= 0; j--) {
         varint(ids, stack[j] + 1);
       }
-      varint(values, data.counts[i]);
+      varint(values, Math.round(data.counts[i])); // profile.proto's values are integers
       bytes(sample, 1, ids);
       bytes(sample, 2, values);
       bytes(out, 2, sample);

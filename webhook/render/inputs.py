@@ -1,10 +1,19 @@
-"""Profiles in the formats people have: folded stacks, speedscope JSON and pprof, each possibly
-gzip-compressed, told apart by their content (not by the file name).
+"""Profiles in the formats people have, as the real tools write them: folded stacks
+(flamegraph.pl's input: stackcollapse-*.pl, perf script + stackcollapse, py-spy `--format raw`,
+async-profiler's collapsed output), speedscope JSON (py-spy, speedscope's own exports) and pprof
+(Go's runtime/pprof, `go tool pprof -proto`), each possibly gzip-compressed, told apart by their
+content (not by the file name).
 
-Every input is hostile: frame names are cleaned into folded frames (no `;`, no line breaks),
-numbers are checked, sizes capped, and anything that is not one of the formats ends in
-InputError with one line that says what was expected. pprof's profile.proto is read by hand
-(formats.py writes it by hand for the same reason: no protobuf runtime for six message types).
+What flamegraph.pl accepts, this accepts: a line with no frames (` 2`, py-spy's idle samples:
+counted under the root), fractional counts (`a;b 0.5`), empty frames (`a;;b 1`, kept as frames
+with an empty name), CRLF line ends, and bytes that are not UTF-8 (replaced by U+FFFD, and the
+page says so).
+
+Every input is hostile: numbers are checked, sizes, stack depth (MAX_DEPTH) and the frames of
+all distinct stacks together (MAX_FRAMES) capped, and anything that is not one of the formats
+ends in InputError with one line that names the format it was read as and what is wrong.
+pprof's profile.proto is read by hand (formats.py writes it by hand for the same reason: no
+protobuf runtime for six message types).
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ import math
 import re
 import zlib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from webhook.render.model import spell_unit
@@ -22,54 +31,91 @@ from webhook.results import folded
 from webhook.results.folded import Stack
 
 MAX_INPUT = 256 << 20  # bytes after decompression
-_BINARY = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")  # no text has these
+MAX_DEPTH = folded.MAX_DEPTH  # frames in one stack, open frames of an evented profile
+MAX_FRAMES = 10_000_000  # frames of all distinct stacks together (the page carries each one)
+MAX_TOTAL = folded.MAX_COUNT  # the sum of all counts: exact in the page's JavaScript numbers
+_BINARY = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")  # no text has these; pprof always does
+_BLANKS = re.compile(rb"[ \t\r\n]*")
+_SNIFF = 64 << 10  # bytes looked at to tell text from binary
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")  # flamegraph.pl's counts (and .5)
+
+Counts = dict[Stack, float]  # int where the file counts whole samples
 
 
 class InputError(ValueError):
-    """Input that is not a profile we read; the message says what is wrong, in one line."""
+    """Input that is not a profile we read; the message names the format it was read as and
+    says what is wrong, in one line."""
 
 
 @dataclass(frozen=True)
 class Loaded:
-    stacks: dict[Stack, int]
+    stacks: Counts
     format: str  # "folded", "speedscope", "pprof"
-    unit: str  # what the counts are: "samples", "µs", "ns", "bytes", ...
+    unit: str  # what the counts are: "samples", "\u00b5s", "ns", "bytes", ...
+    warnings: tuple[str, ...] = field(default=())  # what was repaired on the way, for the page
+
+
+class _Stacks:
+    """Stacks as they are read, with the caps every format shares: depth of one stack, frames
+    of all distinct stacks, the sum of the counts."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.stacks: Counts = {}
+        self.frames = 0
+
+    def add(self, stack: Stack, count: float, where: str = "") -> None:
+        if len(stack) > MAX_DEPTH:
+            raise InputError(f"{self.what}: {where + ': ' if where else ''}a stack of "
+                             f"{len(stack)} frames, more than {MAX_DEPTH}")
+        known = self.stacks.get(stack)
+        if known is None:
+            self.frames += len(stack)
+            if self.frames > MAX_FRAMES:
+                raise InputError(f"{self.what}: more than {MAX_FRAMES} frames in all its "
+                                 "distinct stacks")
+            self.stacks[stack] = count
+        else:
+            self.stacks[stack] = known + count
+
+    def done(self) -> Counts:
+        if sum(self.stacks.values()) > MAX_TOTAL:
+            raise InputError(f"{self.what}: the counts add up to more than {MAX_TOTAL}")
+        return self.stacks
 
 
 def load(data: bytes) -> Loaded:
     """Tell the format from the content and read it."""
-    data = _gunzip(data) if data[:2] == b"\x1f\x8b" else data
+    if data[:2] == b"\x1f\x8b":
+        data = _gunzip(data)
     if len(data) > MAX_INPUT:
         raise InputError(f"larger than {MAX_INPUT >> 20} MiB")
-    if data.lstrip()[:1] in (b"{", b"["):  # JSON, or folded frames like [unknown], {closure}
+    json_error = ""
+    start = blanks.end() if (blanks := _BLANKS.match(data)) else 0
+    if data[start:start + 1] in (b"{", b"["):  # JSON, or folded frames like [unknown], {closure}
         try:
             document = json.loads(data)
-        except (ValueError, RecursionError):
-            pass
+        except (ValueError, RecursionError) as error:
+            json_error = str(error)[:120]
         else:
             return _speedscope(document)
-    pprof_error = None
-    if data[:1] in (b"\x0a", b"\x12"):  # profile.proto's first fields: sample_type, sample
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):  # UTF-16 with its BOM (a Windows redirect)
+        return _folded(_utf16(data), [])
+    if _BINARY.search(data[:_SNIFF]):
         try:
             return _pprof(data)
         except InputError as error:
-            pprof_error = error  # or a folded file that starts with a blank line
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        try:
-            return _pprof(data)
-        except InputError as error:
-            raise InputError(f"neither folded stacks (text) nor a pprof profile: {error}") from None
-    try:
-        stacks = folded.parse(text)
-    except folded.FoldedError as error:
-        if pprof_error is not None and _BINARY.search(text):
+            pprof_error = error
+        try:  # a folded file whose frame names hold control characters
+            return _text_folded(data)
+        except InputError:
             raise pprof_error from None
-        raise InputError(f"not folded stacks, speedscope JSON or pprof: {error}") from None
-    if not stacks:
-        raise InputError("no samples: folded stacks with no 'frame;frame COUNT' line")
-    return Loaded(stacks, "folded", "samples")
+    try:
+        return _text_folded(data)
+    except InputError as error:
+        if json_error:
+            raise InputError(f"neither speedscope JSON ({json_error}) nor {error}") from None
+        raise
 
 
 def _gunzip(data: bytes) -> bytes:
@@ -77,17 +123,78 @@ def _gunzip(data: bytes) -> bytes:
     try:
         out = inflate.decompress(data, MAX_INPUT + 1)
     except zlib.error as error:
-        raise InputError(f"gzip data is corrupt: {error}") from None
+        raise InputError(f"gzip: the data is corrupt: {error}") from None
     if len(out) > MAX_INPUT or inflate.unconsumed_tail:
-        raise InputError(f"larger than {MAX_INPUT >> 20} MiB once decompressed")
+        raise InputError(f"gzip: larger than {MAX_INPUT >> 20} MiB once decompressed")
     if not inflate.eof:
-        raise InputError("gzip data is truncated")
+        raise InputError("gzip: the data is truncated")
     return out
+
+
+def _utf16(data: bytes) -> str:
+    try:
+        return data.decode("utf-16")
+    except UnicodeDecodeError as error:
+        raise InputError(f"folded stacks: UTF-16 text that does not decode: {error}") from None
+
+
+# --- folded stacks --------------------------------------------------------------------------------
+
+def _text_folded(data: bytes) -> Loaded:
+    warnings: list[str] = []
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        text = data.decode("utf-8", errors="replace")
+        replaced = text.count("\ufffd") - data.count("\ufffd".encode())
+        line = data.count(b"\n", 0, error.start) + 1
+        warnings.append(f"{replaced} invalid UTF-8 byte sequence{'s' if replaced != 1 else ''}"
+                        f" replaced by U+FFFD \ufffd (the first on line {line})")
+    return _folded(text.removeprefix("\ufeff"), warnings)
+
+
+def _folded(text: str, warnings: list[str]) -> Loaded:
+    """`STACK COUNT` lines, as flamegraph.pl reads them: the count after the last run of blanks,
+    a whole or decimal number; an empty stack counts under the root; blank lines and `#`
+    comments skipped."""
+    stacks = _Stacks("folded stacks")
+    for number, raw in enumerate(text.split("\n"), 1):
+        line = raw.rstrip(" \t\r")
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if len(line) > folded.MAX_LINE:
+            raise InputError(f"folded stacks: line {number}: longer than {folded.MAX_LINE} "
+                             "characters")
+        cut = max(line.rfind(" "), line.rfind("\t"))
+        count_text = line[cut + 1:]
+        if cut < 0 or not _NUMBER.fullmatch(count_text):
+            raise InputError(f"folded stacks: line {number}: expected 'frame;frame;... COUNT', "
+                             f"got {_excerpt(line)!r}")
+        count: float
+        if "." in count_text:
+            count = float(count_text)
+        elif len(count_text.lstrip("0")) > len(str(MAX_TOTAL)):
+            raise InputError(f"folded stacks: line {number}: count {_excerpt(count_text)} is "
+                             f"more than {MAX_TOTAL}")
+        else:
+            count = int(count_text)
+        stack_text = line[:cut].strip(" \t")
+        if count > 0:
+            stacks.add(tuple(stack_text.split(";")) if stack_text else (), count,
+                       f"line {number}")
+    if not stacks.stacks:
+        raise InputError("folded stacks: no samples (no 'frame;frame COUNT' line with a count "
+                         "above 0)")
+    return Loaded(stacks.done(), "folded", "samples", tuple(warnings))
+
+
+def _excerpt(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 # --- speedscope -----------------------------------------------------------------------------------
 
-# speedscope's units -> (factor to an integer count, the count's unit)
+# speedscope's units -> (factor to a count, the count's unit)
 MICRO = "\u00b5s"  # the micro sign, as the page's units table spells it
 _UNITS = {"none": (1, "samples"), "nanoseconds": (1, "ns"), "microseconds": (1, MICRO),
           "milliseconds": (1000, MICRO), "seconds": (1_000_000, MICRO), "bytes": (1, "bytes")}
@@ -95,7 +202,7 @@ _UNITS = {"none": (1, "samples"), "nanoseconds": (1, "ns"), "microseconds": (1, 
 
 def _speedscope(document: Any) -> Loaded:
     if not isinstance(document, dict) or not isinstance(document.get("profiles"), list):
-        raise InputError("JSON, but not a speedscope file (no 'profiles' list)")
+        raise InputError("speedscope: JSON, but not a speedscope file (no 'profiles' list)")
     shared = document.get("shared")
     raw_frames = shared.get("frames") if isinstance(shared, dict) else None
     if not isinstance(raw_frames, list):
@@ -107,24 +214,29 @@ def _speedscope(document: Any) -> Loaded:
     units = {str(p.get("unit", "none")) for p in profiles}
     unit = units.pop() if len(units) == 1 else ""
     if unit not in _UNITS:
-        raise InputError(f"speedscope: unit {unit!r} is not one of {', '.join(_UNITS)} "
+        raise InputError(f"speedscope: unit {unit[:40]!r} is not one of {', '.join(_UNITS)} "
                          "(or the profiles' units differ)")
     factor, label = _UNITS[unit]
-    stacks: dict[Stack, int] = {}
+    stacks = _Stacks("speedscope")
     for number, profile in enumerate(profiles):
-        where = f"speedscope profile {number}"
+        where = f"profile {number}"
         # py-spy writes one profile per thread: they are merged under the thread's name
         prefix: Stack = ()
         if len(profiles) > 1 and isinstance(profile.get("name"), str):
             prefix = (folded.clean_frame(profile["name"]),)
         for indices, weight in _speedscope_samples(profile, len(names), where):
-            count = round(weight * factor)
-            if count > 0 and indices:
-                stack = prefix + tuple(names[i] for i in indices)
-                stacks[stack] = stacks.get(stack, 0) + count
-    if not stacks:
+            # time units in whole µs or ns; unitless weights may be fractional
+            count = round(weight * factor) if label != "samples" else weight
+            if count > 0:
+                stacks.add(prefix + tuple(names[i] for i in indices), _whole(count), where)
+    if not stacks.stacks:
         raise InputError("speedscope: no samples with a weight")
-    return Loaded(stacks, "speedscope", label)
+    return Loaded(stacks.done(), "speedscope", label)
+
+
+def _whole(count: float) -> float:
+    """A count as an int when it is one (JSON's 1.0 is a whole sample)."""
+    return int(count) if float(count).is_integer() else count
 
 
 def _speedscope_frame(index: int, frame: Any) -> str:
@@ -144,47 +256,84 @@ def _speedscope_samples(profile: Mapping[str, Any], frames: int,
     if kind == "sampled":
         samples, weights = profile.get("samples"), profile.get("weights")
         if not isinstance(samples, list):
-            raise InputError(f"{where}: 'samples' is not a list")
+            raise InputError(f"speedscope: {where}: 'samples' is not a list")
         if weights is None:
             weights = [1] * len(samples)
         if not isinstance(weights, list) or len(weights) != len(samples):
-            raise InputError(f"{where}: 'weights' is not a list as long as 'samples'")
+            raise InputError(f"speedscope: {where}: 'weights' is not a list as long as "
+                             "'samples'")
         for index, (sample, weight) in enumerate(zip(samples, weights, strict=True)):
             if not isinstance(sample, list) or not all(
                     _is_int(i) and 0 <= i < frames for i in sample):
-                raise InputError(f"{where}: sample {index} is not a list of frame indices")
-            yield sample, _weight(weight, f"{where}: weight {index}")
+                raise InputError(f"speedscope: {where}: sample {index} is not a list of frame "
+                                 "indices")
+            yield sample, _weight(weight, f"speedscope: {where}: weight {index}")
     elif kind == "evented":
         yield from _evented(profile, frames, where)
     else:
-        raise InputError(f"{where}: type {kind!r} is neither 'sampled' nor 'evented'")
+        raise InputError(f"speedscope: {where}: type {str(kind)[:40]!r} is neither 'sampled' "
+                         "nor 'evented'")
 
 
 def _evented(profile: Mapping[str, Any], frames: int,
              where: str) -> Iterator[tuple[list[int], float]]:
-    """Open/close events -> the time spent in each stack (between consecutive events)."""
+    """Open/close events -> the time spent in each stack (between consecutive events).
+
+    The open frames are a path in a tree of the stacks seen (a node per distinct stack, made
+    once): each event costs O(1), whatever the depth, and time is added to the node of the
+    current stack. The stacks are spelled out once at the end, after the frames of all of them
+    are counted against MAX_FRAMES (an 8 MB file of deep stacks that open and close one frame
+    at a time otherwise makes gigabytes of copies)."""
     events = profile.get("events")
     if not isinstance(events, list):
-        raise InputError(f"{where}: 'events' is not a list")
-    stack: list[int] = []
+        raise InputError(f"speedscope: {where}: 'events' is not a list")
+    parents, frame_of, depths = [-1], [-1], [0]  # node 0: the root (no frame open)
+    children: dict[tuple[int, int], int] = {}
+    spent_time: dict[int, float] = {}
+    node = 0
     last = 0.0
     for index, event in enumerate(events):
         if not isinstance(event, dict):
-            raise InputError(f"{where}: event {index} is not an object")
-        at, frame = _weight(event.get("at"), f"{where}: event {index} 'at'"), event.get("frame")
+            raise InputError(f"speedscope: {where}: event {index} is not an object")
+        at = _weight(event.get("at"), f"speedscope: {where}: event {index} 'at'")
+        frame = event.get("frame")
         if not _is_int(frame) or not 0 <= frame < frames:
-            raise InputError(f"{where}: event {index} has no valid 'frame'")
+            raise InputError(f"speedscope: {where}: event {index} has no valid 'frame'")
         if at < last:
-            raise InputError(f"{where}: event {index} goes back in time")
-        if stack and at > last:
-            yield list(stack), at - last
+            raise InputError(f"speedscope: {where}: event {index} goes back in time")
+        if node and at > last:
+            spent_time[node] = spent_time.get(node, 0.0) + (at - last)
         last = at
-        if event.get("type") == "O":
-            stack.append(frame)
-        elif event.get("type") == "C" and stack and stack[-1] == frame:
-            stack.pop()
+        kind = event.get("type")
+        if kind == "O":
+            if depths[node] >= MAX_DEPTH:
+                raise InputError(f"speedscope: {where}: event {index} opens a frame on "
+                                 f"{MAX_DEPTH} open frames")
+            key = (node, frame)
+            child = children.get(key)
+            if child is None:
+                child = children[key] = len(parents)
+                parents.append(node)
+                frame_of.append(frame)
+                depths.append(depths[node] + 1)
+            node = child
+        elif kind == "C" and node and frame_of[node] == frame:
+            node = parents[node]
         else:
-            raise InputError(f"{where}: event {index} neither opens nor closes the top frame")
+            raise InputError(f"speedscope: {where}: event {index} neither opens nor closes the "
+                             "top frame")
+    spent = [(stack_node, weight) for stack_node, weight in spent_time.items()
+             if weight > 0]
+    if sum(depths[stack_node] for stack_node, _ in spent) > MAX_FRAMES:
+        raise InputError(f"speedscope: {where}: more than {MAX_FRAMES} frames in all its "
+                         "distinct stacks")
+    for stack_node, weight in spent:
+        path = []
+        while stack_node:
+            path.append(frame_of[stack_node])
+            stack_node = parents[stack_node]
+        path.reverse()
+        yield path, weight
 
 
 def _is_int(value: Any) -> TypeGuard[int]:
@@ -305,7 +454,7 @@ def _pprof(data: bytes) -> Loaded:
         elif number == 14 and wire == 0:
             default_type = a
     if not strings or strings[0] != "" or not sample_types:
-        raise InputError("not a pprof profile (no string table or sample types)")
+        raise InputError("pprof: not a profile (no string table or sample types)")
 
     def string(index: int) -> str:
         if not 0 <= index < len(strings):
@@ -337,19 +486,23 @@ def _pprof(data: bytes) -> Loaded:
             frames[location_id] = names
         return frames[location_id]
 
-    stacks: dict[Stack, int] = {}
-    for ids, values in samples:
+    stacks = _Stacks("pprof")
+    for number, (ids, values) in enumerate(samples):
         if len(values) != len(types):
             raise InputError(f"pprof: a sample has {len(values)} values for {len(types)} types")
         count = values[column]
-        if count <= 0 or not ids:
+        if count <= 0:
             continue
-        leaf_first = [name for location in ids for name in frames_of(location)]
-        stack = tuple(reversed(leaf_first))
-        stacks[stack] = stacks.get(stack, 0) + count
-    if not stacks:
+        leaf_first: list[str] = []
+        for location in ids:  # inlined functions make more frames than locations
+            leaf_first += frames_of(location)
+            if len(leaf_first) > MAX_DEPTH:
+                raise InputError(f"pprof: sample {number}: a stack of more than {MAX_DEPTH} "
+                                 "frames")
+        stacks.add(tuple(reversed(leaf_first)), count, f"sample {number}")
+    if not stacks.stacks:
         raise InputError(f"pprof: no samples with a positive {types[column] or 'value'}")
-    return Loaded(stacks, "pprof", unit)
+    return Loaded(stacks.done(), "pprof", unit)
 
 
 MAX_META = 1 << 20

@@ -26,18 +26,24 @@ from webhook.results.folded import Stack
 _UNNAMED = re.compile(r"\[.*|<unknown>|\?\?|0x[0-9a-fA-F]+|[0-9a-fA-F]{8,16}", re.S)
 MAX_NOTES = 20
 _UNITS = {"count": "samples", "samples": "samples", "microseconds": "\u00b5s", "us": "\u00b5s",
-          "\u00b5s": "\u00b5s", "nanoseconds": "ns", "ns": "ns", "bytes": "bytes"}
+          "\u00b5s": "\u00b5s", "\u03bcs": "\u00b5s", "nanoseconds": "ns", "ns": "ns",
+          "milliseconds": "ms", "ms": "ms", "seconds": "s", "s": "s", "bytes": "bytes",
+          "byte": "bytes", "b": "bytes"}
+# Units of time, in seconds; a weighted profile's amounts are shown in the largest unit of
+# which they hold one or more (4.31 s, not 4310000000 ns).
+TIME_UNITS = {"s": 1.0, "ms": 1e-3, "\u00b5s": 1e-6, "ns": 1e-9}
+_BYTES = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 MAX_TEXT = 500  # characters of one fact or note shown
 
 
 @dataclass(frozen=True)
 class NamedShare:
     share: float  # named frames / all sampled frames, 0..1
-    frames: int  # sampled frames counted (0 when the recording gave only the share)
+    frames: float  # sampled frames (times their weights); 0 when the recording gave the share
     source: str  # "meta.json" or "frames"
 
 
-def named_share(stacks: Mapping[Stack, int]) -> NamedShare | None:
+def named_share(stacks: Mapping[Stack, float]) -> NamedShare | None:
     """The share of sampled frames (each stack's frames times its count) that have a name."""
     return share_of(frame_table(stacks), list(stacks.values()))
 
@@ -60,7 +66,7 @@ def frame_table(stacks: Iterable[Stack]) -> FrameTable:
     return FrameTable(list(index), frames, list(map(len, stacks)))
 
 
-def share_of(table: FrameTable, counts: list[int]) -> NamedShare | None:
+def share_of(table: FrameTable, counts: list[float]) -> NamedShare | None:
     sampled = sum(map(mul, table.depths, counts))
     if not sampled:
         return None
@@ -73,7 +79,8 @@ def share_of(table: FrameTable, counts: list[int]) -> NamedShare | None:
 
 
 def is_named(frame: str) -> bool:
-    return _UNNAMED.fullmatch(frame) is None
+    """False for what a tool writes where it has no name, and for an empty frame (`a;;b`)."""
+    return bool(frame) and _UNNAMED.fullmatch(frame) is None
 
 
 @dataclass(frozen=True)
@@ -82,10 +89,10 @@ class Profile:
     it takes), `base` (the before profile of a differential graph), `meta` (the run's meta.json
     or the store's record), `title` and the unit of the counts."""
 
-    stacks: Mapping[Stack, int]
+    stacks: Mapping[Stack, float]
     meta: Mapping[str, Any] = field(default_factory=dict)
     title: str = ""
-    base: Mapping[Stack, int] | None = None
+    base: Mapping[Stack, float] | None = None
     unit: str = ""
     # file name stem of the page's downloads (sanitised again where used)
     name: str = "profile"
@@ -95,7 +102,7 @@ class Profile:
         return self.base is not None
 
     def named(self, table: FrameTable | None = None,
-              counts: list[int] | None = None) -> NamedShare | None:
+              counts: list[float] | None = None) -> NamedShare | None:
         """From the recording's metadata when it says, computed from the frames otherwise
         (from `table`, frame_table() of the stacks with `counts`, when the caller has it)."""
         value = self.meta.get("named_share")
@@ -106,7 +113,8 @@ class Profile:
         return named_share(self.stacks)
 
     def count_unit(self) -> str:
-        """What the counts are, spelled as the page's downloads know it (samples, \u00b5s, ns)."""
+        """What the counts are, spelled as the page's downloads know it (samples, \u00b5s, ns,
+        bytes...)."""
         unit = self.unit or self.meta.get("unit")
         return spell_unit(unit) if isinstance(unit, str) else "samples"
 
@@ -176,25 +184,68 @@ def printable(text: str) -> str:
         c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
+def amount(value: float, unit: str) -> str:
+    """A count as a person reads it: samples as they are (`1377 samples`), time in the largest
+    unit it holds one of (`4.31 s`, `620 ms`), bytes in binary multiples (`1.02 MiB`)."""
+    if unit in TIME_UNITS:
+        seconds = value * TIME_UNITS[unit]
+        for name, size in TIME_UNITS.items():
+            if abs(seconds) >= size or name == "ns":
+                return f"{_figure(seconds / size)} {name}"
+    if unit == "bytes":
+        for name, size in _BYTES:
+            if abs(value) >= size:
+                return f"{_figure(value / size)} {name}"
+        return f"{_figure(value)} bytes"
+    return f"{_count(value)} {unit}"
+
+
+def _figure(value: float) -> str:
+    """Three significant digits, never an exponent: 4.31, 62.5, 620, 4310."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def _count(value: float) -> str:
+    """A number of samples: whole, or with at most 3 decimals when the file's counts are
+    fractional."""
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.3f}".rstrip("0").rstrip(".")
+
+
+def weighted_by(unit: str) -> str:
+    """What a weighted profile's counts measure, in words."""
+    return "time" if unit in TIME_UNITS else unit
+
+
 def summary(profile: Profile, *, hottest: int = 0) -> list[str]:
-    """The CLI's lines about a profile: its hottest functions (when asked), samples, named
-    share and where that share comes from."""
+    """The CLI's lines about a profile: its hottest functions (when asked), samples (or the
+    total of a weighted profile, readable), named share and where that share comes from."""
     lines: list[str] = []
     total = sum(profile.stacks.values())
-    if hottest:
-        leaves: dict[str, int] = {}
-        for stack, count in profile.stacks.items():
-            leaves[stack[-1]] = leaves.get(stack[-1], 0) + count
-        ranked = sorted(leaves.items(), key=lambda item: (-item[1], item[0]))[:hottest]
-        lines.append(f"hottest functions (self {profile.count_unit()}):")
-        lines += [f"  {100 * count / (total or 1):5.1f}%  {count:6d}  {printable(name)[:200]}"
-                  for name, count in ranked]
     unit = profile.count_unit()
-    lines.append(f"{'samples:':<15}{total}" if unit == "samples" else
-                 f"{'total:':<15}{total} {unit}")
+    if hottest:
+        leaves: dict[str, float] = {}
+        for stack, count in profile.stacks.items():
+            if stack:  # an empty stack (py-spy's idle samples) has no function
+                leaves[stack[-1]] = leaves.get(stack[-1], 0) + count
+        ranked = sorted(leaves.items(), key=lambda item: (-item[1], item[0]))[:hottest]
+        lines.append(f"hottest functions (self {weighted_by(unit)}):")
+        width = "6" if unit == "samples" else "10"
+        lines += [f"  {100 * count / (total or 1):5.1f}%  "
+                  f"{_count(count) if unit == 'samples' else amount(count, unit):>{width}}  "
+                  f"{printable(name)[:200] or '(empty frame name)'}"
+                  for name, count in ranked]
+    lines.append(f"{'samples:':<15}{_count(total)}" if unit == "samples" else
+                 f"{'total:':<15}{amount(total, unit)}")
     named = profile.named()
     if named is not None:
-        source = ("from the recording" if named.source == "meta.json" else
-                  f"computed from the frame names, {named.frames} sampled frames")
+        if named.source == "meta.json":
+            source = "from the recording"
+        elif unit == "samples" and float(named.frames).is_integer():
+            source = f"computed from the frame names, {int(named.frames)} sampled frames"
+        else:
+            source = ("computed from the frame names, weighted by the counts" if unit == "samples"
+                      else f"computed from the frame names, weighted by {weighted_by(unit)}")
         lines.append(f"{'named frames:':<15}{100 * named.share:.1f} % ({source})")
     return lines

@@ -22,7 +22,6 @@ from typing import Any
 
 from webhook import jsonio
 from webhook.render.model import Profile, frame_table, is_named
-from webhook.results import folded
 
 _HOME = re.compile(r"^(?:\.\./)*$|^\./$|^/$")
 
@@ -55,12 +54,22 @@ def script_json(data: Any) -> str:
 
 def page_data(profile: Profile) -> dict[str, Any]:
     """What flamegraph.js reads: frame names once, the stacks as their indices (FrameTable)."""
-    before: list[int] = []
+    before: list[float] = []
+    counts: list[float]
+    diff: dict[str, Any] = {}
     if profile.base is not None:
-        pairs = folded.diff(profile.base, profile.stacks)
-        table = frame_table(pairs)
-        before = [a for a, _ in pairs.values()]
-        counts = [b for _, b in pairs.values()]
+        # A's real counts travel as they are; the page scales them by `scale` (B's total over
+        # A's, difffolded.pl -n) to compare shares, and says which numbers are scaled.
+        base = {stack: count for stack, count in profile.base.items() if count > 0}
+        after = {stack: count for stack, count in profile.stacks.items() if count > 0}
+        stacks = list(base.keys() | after.keys())
+        stacks.sort()
+        table = frame_table(stacks)
+        before = [base.get(stack, 0) for stack in stacks]
+        counts = [after.get(stack, 0) for stack in stacks]
+        totals = (sum(before), sum(counts))
+        diff = {"scale": totals[1] / totals[0] if totals[0] and totals[1] else 1.0,
+                "totals": list(totals)}
         named = profile.named()
     else:
         kept = {stack: count for stack, count in profile.stacks.items() if count > 0}
@@ -81,7 +90,7 @@ def page_data(profile: Profile) -> dict[str, Any]:
         "frames": table.frames,
         "depths": table.depths,
         "counts": counts,
-        **({"before": before} if profile.differential else {}),
+        **({"before": before, **diff} if profile.differential else {}),
     }
 
 
@@ -106,7 +115,8 @@ _TEMPLATE = """<!doctype html>
 <button type="button" class="single" data-format="pprof">pprof</button></span>
 </div>
 <p id="legend" hidden><span class="grew">grew in B</span><span class="shrank">shrank in B</span>
-widths are B's samples; A is scaled to B's total; hover a frame for both counts.</p>
+widths are B's; A's counts are scaled to B's total to compare shares (marked "scaled");
+hover a frame for both sides' real counts.</p>
 <div id="details"></div>
 <div id="graph"><svg id="flame" xmlns="http://www.w3.org/2000/svg" role="img"></svg></div>
 <div id="tip" role="tooltip" hidden></div>

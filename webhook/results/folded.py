@@ -12,7 +12,9 @@ flame graph takes its shape from the second profile and its colour from the diff
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
 Stack = tuple[str, ...]
 MAX_LINE = 1 << 20  # a stack of a megabyte is not a stack
@@ -26,24 +28,75 @@ class FoldedError(ValueError):
     """Input that is not folded stacks; the message names the line."""
 
 
-def parse(text: str) -> dict[Stack, int]:
+class TooLarge(FoldedError):
+    """Input over one of the caps of its Limits (the results service answers 413)."""
+
+
+# How often (in lines) a parse looks at its clock.
+_CLOCK_EVERY = 256
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps on one parse of hostile stacks (the results service's pushes; None: no cap beyond
+    MAX_LINE, MAX_DEPTH and MAX_COUNT). `deadline` is a time.monotonic() value: a parse still
+    running then stops with TooLarge, so a request's work has a time budget."""
+
+    max_frame: int | None = None  # characters of one frame name
+    max_depth: int = MAX_DEPTH  # frames of one stack
+    max_stacks: int | None = None  # distinct stacks
+    max_samples: int = MAX_COUNT  # samples in all
+    deadline: float | None = None
+
+    def check_time(self, number: int) -> None:
+        if self.deadline is not None and number % _CLOCK_EVERY == 0 and \
+                time.monotonic() > self.deadline:
+            raise TooLarge(f"line {number}: still reading after the time budget of one push; "
+                           "send fewer or shorter stacks")
+
+    def check_frames(self, frames: Stack, number: int) -> None:
+        if len(frames) > self.max_depth:
+            raise TooLarge(f"line {number}: {len(frames)} frames, more than {self.max_depth}")
+        if self.max_frame is not None:
+            for frame in frames:
+                if len(frame) > self.max_frame:
+                    raise TooLarge(f"line {number}: a frame name of {len(frame)} characters, "
+                                   f"more than {self.max_frame}: {_excerpt(frame)!r}")
+
+    def add(self, stacks: dict[Stack, int], frames: Stack, count: int, samples: int,
+            number: int) -> int:
+        """Count `count` samples of `frames` into `stacks`; the new total of samples."""
+        if frames not in stacks and self.max_stacks is not None and \
+                len(stacks) >= self.max_stacks:
+            raise TooLarge(f"line {number}: more than {self.max_stacks} distinct stacks")
+        stacks[frames] = stacks.get(frames, 0) + count
+        samples += count
+        if samples > self.max_samples:
+            raise TooLarge(f"line {number}: more than {self.max_samples} samples in all")
+        return samples
+
+
+NO_LIMITS = Limits()
+
+
+def parse(text: str, limits: Limits = NO_LIMITS) -> dict[Stack, int]:
     """`STACK COUNT` lines -> {frames: samples}; repeated stacks add up, blank lines and
     `#` comments are skipped, zero counts dropped. Anything else raises FoldedError (and
-    nothing else) naming the line: input comes from pods and is hostile."""
+    nothing else) naming the line: input comes from pods and is hostile. Time and memory are
+    linear in the text (no backtracking pattern); `limits` caps them further (TooLarge)."""
     stacks: dict[Stack, int] = {}
     samples = 0
     for number, line in _lines(text):
+        limits.check_time(number)
         stack, _, count_text = line.rpartition(" ")
         if not stack or not _COUNT.fullmatch(count_text):
             raise FoldedError(f"line {number}: expected 'frame;frame;... COUNT', got "
                               f"{_excerpt(line)!r}")
         frames = _frames(stack, number)
+        limits.check_frames(frames, number)
         count = _count(count_text, number)
         if count:
-            stacks[frames] = stacks.get(frames, 0) + count
-            samples += count
-            if samples > MAX_COUNT:
-                raise FoldedError(f"line {number}: more than {MAX_COUNT} samples in all")
+            samples = limits.add(stacks, frames, count, samples, number)
     return stacks
 
 
@@ -51,13 +104,7 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
     """(line number, stripped line) of the lines that carry data. Lines end at `\n` only,
     as editors and `sed -n Np` count them (str.splitlines also splits at \x0b, \x1c, U+2028
     and others, which frame names may hold)."""
-    if not isinstance(text, str):
-        raise FoldedError(f"expected text, got {type(text).__name__}")
-    # JSON's "\ud800" decodes to a lone surrogate, which UTF-8 cannot store.
-    surrogate = None if text.isascii() else _SURROGATE.search(text)
-    if surrogate:
-        number = text.count("\n", 0, surrogate.start()) + 1
-        raise FoldedError(f"line {number}: a lone surrogate (U+D800 to U+DFFF) is not text")
+    check_text(text)
     for number, raw in enumerate(text.split("\n"), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -67,10 +114,21 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
         yield number, line
 
 
+def check_text(text: str) -> None:
+    """FoldedError unless `text` is a str that UTF-8 can store: JSON's "\ud800" decodes to a
+    lone surrogate, which it cannot."""
+    if not isinstance(text, str):
+        raise FoldedError(f"expected text, got {type(text).__name__}")
+    surrogate = None if text.isascii() else _SURROGATE.search(text)
+    if surrogate:
+        number = text.count("\n", 0, surrogate.start()) + 1
+        raise FoldedError(f"line {number}: a lone surrogate (U+D800 to U+DFFF) is not text")
+
+
 def _frames(stack: str, number: int) -> Stack:
     frames = tuple(stack.strip().split(";"))
     if len(frames) > MAX_DEPTH:
-        raise FoldedError(f"line {number}: {len(frames)} frames, more than {MAX_DEPTH}")
+        raise TooLarge(f"line {number}: {len(frames)} frames, more than {MAX_DEPTH}")
     if "" in frames:
         raise FoldedError(f"line {number}: empty frame name in {_excerpt(stack)!r}")
     return frames

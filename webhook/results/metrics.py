@@ -14,7 +14,7 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 RUNS = Counter(
     "sidecar_debug_results_runs",
     "Scheduled runs by technique and outcome (planned, stored, failed, expired, deferred, "
-    "refused, suspended) and reason (the agent's exit reason, busy-namespace, "
+    "refused, removed, suspended) and reason (the agent's exit reason, busy-namespace, "
     "technique-unavailable, policy, ...; suspended: the failures' reason, once per cron "
     "minute withheld).",
     ["technique", "outcome", "reason"],
@@ -33,6 +33,21 @@ STORE_BYTES = Gauge(
 STORE_RUNS = Gauge(
     "sidecar_debug_results_store_runs",
     "Runs on the results volume (after the last retention pass).",
+    registry=REGISTRY,
+)
+NAMESPACE_BYTES = Gauge(
+    "sidecar_debug_results_namespace_bytes",
+    "Bytes the runs of a namespace take on the results volume (after its last push or the "
+    "last retention pass); at most its quota (results.quotaPerNamespace).",
+    ["namespace"],
+    registry=REGISTRY,
+)
+PUSHES_REFUSED = Counter(
+    "sidecar_debug_results_pushes_refused",
+    "Pushes refused before their ticket was read, by reason (busy: no push slot free in the "
+    "namespace or the service, 429; refused-often: the namespace's pushes were refused too "
+    "often within a minute, 429; json-shape: a body of more JSON values than a run has, 413).",
+    ["reason"],
     registry=REGISTRY,
 )
 SCHEDULE_PROBLEMS = Counter(
@@ -67,5 +82,17 @@ MIRROR_SYNCS = Counter(
     "sidecar_debug_results_watch_restarts",
     "Times the watch of pods or namespaces was (re)started from a full list, by resource.",
     ["resource"],
+    registry=REGISTRY,
+)
+TOKEN_REVIEWS = Counter(
+    "sidecar_debug_results_token_reviews",
+    "TokenReviews sent to the apiserver, by caller (agent, reader): an agent's review is "
+    "reused until its token expires or its pod is deleted.",
+    ["caller"],
+    registry=REGISTRY,
+)
+AGENT_IDENTITIES = Gauge(
+    "sidecar_debug_results_agent_identities",
+    "Agents' reviewed tokens held in memory (one per toolset, two across a token rotation).",
     registry=REGISTRY,
 )

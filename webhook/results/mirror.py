@@ -65,6 +65,11 @@ def slim(obj: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _uid(obj: Mapping[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    return str(metadata.get("uid") or "") if isinstance(metadata, dict) else ""
+
+
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     metadata = obj.get("metadata") or {}
     return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
@@ -80,9 +85,15 @@ class Mirror:
         self.lister = lister
         self.lock = threading.Lock()
         self.items: dict[tuple[str, str], dict[str, Any]] = {}
+        # The same objects by namespace: a plan reads its namespace's pods, and scanning every
+        # pod of the cluster per plan would make the fleet's cost grow as N squared.
+        self.by_namespace: dict[str, dict[str, dict[str, Any]]] = {}
         self.ready = threading.Event()
         self.stopped = threading.Event()
         self.version = ""
+        # Called with each object the watch saw deleted, or a list found gone (outside the lock):
+        # the service drops what it cached about that pod.
+        self.on_deleted: list[Callable[[dict[str, Any]], object]] = []
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -92,7 +103,7 @@ class Mirror:
 
     def in_namespace(self, namespace: str) -> list[dict[str, Any]]:
         with self.lock:
-            return [obj for (ns, _), obj in self.items.items() if ns == namespace]
+            return list(self.by_namespace.get(namespace, {}).values())
 
     def all(self) -> list[dict[str, Any]]:
         with self.lock:
@@ -109,10 +120,25 @@ class Mirror:
             if isinstance(obj, dict):
                 items[_key(obj)] = slim(obj)
         with self.lock:
+            gone = [obj for key, obj in self.items.items() if key not in items
+                    or _uid(items[key]) != _uid(obj)]
             self.items = items
+            self.by_namespace = {}
+            for (namespace, name), obj in items.items():
+                self.by_namespace.setdefault(namespace, {})[name] = obj
             self.version = str((document.get("metadata") or {}).get("resourceVersion") or "")
         metrics.MIRROR_SYNCS.labels(resource=self.resource).inc()
+        self._deleted(gone)
         self.ready.set()
+
+    def _deleted(self, objects: list[dict[str, Any]]) -> None:
+        for obj in objects:
+            for listener in self.on_deleted:
+                try:
+                    listener(obj)
+                except Exception as error:  # noqa: BLE001 - one listener never stops the watch
+                    log.error("a listener on deleted %s failed: %s: %s", self.resource,
+                              type(error).__name__, error)
 
     def _apply(self, event: Mapping[str, Any]) -> bool:
         """One watch event; False when the watch must start again from a list."""
@@ -124,13 +150,27 @@ class Mirror:
             log.info("watch of %s ended: %s", self.resource, obj.get("message") or obj)
             return False
         version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        gone: list[dict[str, Any]] = []
         with self.lock:
             if kind in ("ADDED", "MODIFIED"):
-                self.items[_key(obj)] = slim(obj)
+                kept = slim(obj)
+                replaced = self.items.get(_key(obj))
+                if replaced is not None and _uid(replaced) != _uid(kept):
+                    gone.append(replaced)  # a DELETED this watch did not see
+                self.items[_key(obj)] = kept
+                self.by_namespace.setdefault(_key(obj)[0], {})[_key(obj)[1]] = kept
             elif kind == "DELETED":
-                self.items.pop(_key(obj), None)
+                removed = self.items.pop(_key(obj), None)
+                namespace, name = _key(obj)
+                in_namespace = self.by_namespace.get(namespace)
+                if in_namespace is not None:
+                    in_namespace.pop(name, None)
+                    if not in_namespace:
+                        del self.by_namespace[namespace]
+                gone.append(removed if removed is not None else slim(obj))
             if version:
                 self.version = version
+        self._deleted(gone)
         return True
 
     def _watch(self) -> bool:

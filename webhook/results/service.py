@@ -20,33 +20,61 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from flask import Flask, Response, abort, request
+from flask import Flask, Response, abort, g, request
+from werkzeug.exceptions import HTTPException
 
-from webhook import constants
+from webhook import constants, jsonio
 from webhook.errors import Refused
 from webhook.policy.model import duration_seconds
 from webhook.results import failures, folded, metrics
 from webhook.results.auth import POD_HEADER, AgentIdentity, Authenticator, AuthError
-from webhook.results.bpftrace import collapse_bpftrace
 from webhook.results.export import Exporters
 from webhook.results.mirror import Mirror
 from webhook.results.planner import Planner, Ticket
-from webhook.results.store import Store, StoreError
+from webhook.results.reader import Read, Readers
+from webhook.results.store import Run, Store, StoreError
 from webhook.results.web import create_app
 from webhook.schedules import plan as plans
 
 log = logging.getLogger(__name__)
 
 MAX_PUSH_BYTES = 16 << 20  # a folded profile of a busy app is a few MiB at most
+# Bounds of one push (issue 24): its stacks are read in linear time within these caps, and a
+# push over one is refused with 413 and the cap it passed.
+MAX_FRAME_CHARS = 16 << 10  # one frame name (perf's and bpftrace's are far shorter)
+MAX_STACKS = 100_000  # distinct stacks of one run
+MAX_JSON_VALUES = 10_000  # strings, lists, objects, separators of a push's JSON body
+PARSE_SECONDS = 5.0  # the time budget of reading one push's stacks (16 MiB: well below 1 s)
+# Samples a recording of D s at F Hz may hold: F x (D + SLACK) per CPU the app runs on, for at
+# most CPU_MARGIN CPUs (perf -p and bpftrace's profile probe sample each CPU).
+SAMPLE_SLACK_SECONDS = 10
+CPU_MARGIN = 64
+# Pushes in flight: one per namespace, at most PUSHES_IN_FLIGHT in all, so that pushes never
+# hold more than 3 of the service's 8 threads and plans and pages always have the others.
+PUSHES_PER_NAMESPACE = 1
+PUSHES_IN_FLIGHT = 2
+RETRY_AFTER_SECONDS = 5
+# A namespace whose pushes were refused this often within a minute (no ticket, too large,
+# wrong format...) waits for the minute to pass: its next pushes are answered 429 before their
+# body is read. An agent makes one push per ticket: this is far above what it needs.
+REFUSED_PUSHES_PER_MINUTE = 10
+# The storage quota of a namespace (chart: results.quotaPerNamespace): "25%" of the volume,
+# a size ("500Mi", "1G", bytes), or "0"/"" for none.
+DEFAULT_QUOTA = "25%"
+_QUOTA = re.compile(r"([0-9]{1,15})(%|[KMGT]i?)?")
+_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+          "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
 POLL_SECONDS = 20  # how often an agent asks (it is told so in every plan)
 RETENTION_SECONDS = 300.0
 # What of an agent's metadata is kept (the toolset's meta.json: types checked, sizes capped;
@@ -91,6 +119,87 @@ class Retention:
             else:
                 max_age = None
         return cls(keep, max_age)
+
+
+def quota_bytes(text: str | None, root: Path) -> int | None:
+    """The per-namespace quota in bytes: a share of the volume `root` is on ("25%"), a size
+    ("500Mi", "2G", "1048576"), None for no quota ("0", ""). A malformed value is logged and
+    the default taken."""
+    text = DEFAULT_QUOTA if text is None else text.strip()
+    if not text:
+        return None
+    match = _QUOTA.fullmatch(text)
+    if not match or (match.group(2) == "%" and not 0 <= int(match.group(1)) <= 100):
+        log.warning("%s=%r is neither a share of the volume like 25%% nor a size like 500Mi; "
+                    "the quota is %s", constants.ENV_RESULTS_NAMESPACE_QUOTA, text, DEFAULT_QUOTA)
+        return quota_bytes(DEFAULT_QUOTA, root)
+    number, unit = int(match.group(1)), match.group(2) or ""
+    if unit == "%":
+        try:
+            volume = os.statvfs(root)
+        except OSError as error:
+            log.warning("cannot size the results volume (%s): no quota per namespace", error)
+            return None
+        return volume.f_blocks * volume.f_frsize * number // 100 or None
+    return number * _UNITS[unit] or None
+
+
+class PushSlots:
+    """Pushes in flight, per namespace and in all; a push that finds no slot is answered 429
+    at once (the agent tries again after Retry-After), never queued on a thread."""
+
+    def __init__(self, per_namespace: int = PUSHES_PER_NAMESPACE,
+                 total: int = PUSHES_IN_FLIGHT,
+                 refused_per_minute: int = REFUSED_PUSHES_PER_MINUTE,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_namespace = per_namespace
+        self.total = total
+        self.refused_per_minute = refused_per_minute
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.held: dict[str, int] = {}
+        self.refused: dict[str, list[float]] = {}
+
+    def refuse(self, namespace: str) -> None:
+        """Count a refused push of `namespace` (see REFUSED_PUSHES_PER_MINUTE)."""
+        with self.lock:
+            self.refused.setdefault(namespace, []).append(self.clock())
+
+    def _recently_refused(self, namespace: str) -> int:
+        since = self.clock() - 60
+        times = [t for t in self.refused.get(namespace, ()) if t > since]
+        if times:
+            self.refused[namespace] = times
+        else:
+            self.refused.pop(namespace, None)
+        return len(times)
+
+    @contextmanager
+    def hold(self, namespace: str) -> Iterator[None]:
+        with self.lock:
+            if self._recently_refused(namespace) >= self.refused_per_minute:
+                metrics.PUSHES_REFUSED.labels(reason="refused-often").inc()
+                raise Refused(429, f"{self.refused_per_minute} pushes of namespace {namespace} "
+                              "were refused within the last minute (see their answers); push "
+                              "again in a minute")
+            mine = self.held.get(namespace, 0)
+            if mine >= self.per_namespace or sum(self.held.values()) >= self.total:
+                busy = f"namespace {namespace}" if mine >= self.per_namespace else \
+                    "the results service"
+                metrics.PUSHES_REFUSED.labels(reason="busy").inc()
+                raise Refused(429, f"{busy} has as many pushes in flight as it may "
+                              f"({self.per_namespace} per namespace, {self.total} in all); "
+                              f"push again in {RETRY_AFTER_SECONDS} s")
+            self.held[namespace] = mine + 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                left = self.held[namespace] - 1
+                if left:
+                    self.held[namespace] = left
+                else:
+                    del self.held[namespace]
 
 
 def _route() -> str:
@@ -138,6 +247,25 @@ def clean_meta(raw: Any) -> dict[str, Any]:
     return kept
 
 
+def app_identity(pod: Mapping[str, Any], toolset: str) -> dict[str, str]:
+    """What exports name the app by (OpenTelemetry's service.name and k8s.container.name): the
+    pod's `app.kubernetes.io/name` or `app` label, and its one app container (none when the
+    pod has several: a run records them all)."""
+    found: dict[str, str] = {}
+    labels = plans.labels_of(pod)
+    service_name = labels.get("app.kubernetes.io/name") or labels.get("app")
+    if service_name:
+        found["serviceName"] = service_name[:200]
+    spec = pod.get("spec")
+    containers = spec.get("containers") if isinstance(spec, dict) else None
+    names = [c.get("name") for c in containers or [] if isinstance(c, dict)] \
+        if isinstance(containers, list) else []
+    apps = [n for n in names if isinstance(n, str) and n != toolset]
+    if len(apps) == 1:
+        found["appContainer"] = apps[0][:200]
+    return found
+
+
 def _one_line(text: Any, limit: int = 300) -> str:
     return " ".join(str(text).split())[:limit] if isinstance(text, str) else ""
 
@@ -148,9 +276,13 @@ class Service:
     def __init__(self, root: Path, auth: Authenticator, planner: Planner, pods: Mirror,
                  namespaces: Mirror, retention: Retention,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 exporters: Exporters | None = None,
+                 exporters: Exporters | None = None, quota: int | None = None,
                  notifier: failures.Notifier | None = None) -> None:
         self.store = Store(root)
+        self.quota = quota  # bytes per namespace (quota_bytes()); None: no quota
+        self.slots = PushSlots()
+        self.readers = Readers(self.slots.total)
+        self.namespace_bytes: dict[str, int] = {}
         self.exporters = exporters  # results.export: sent on after storing, never waited for
         self.auth = auth
         self.planner = planner
@@ -161,12 +293,21 @@ class Service:
         self.notifier = notifier or failures.Notifier(None, identity="")
         self.write_lock = threading.Lock()
         self.stopped = threading.Event()
+        # A deleted pod's cached token reviews go with it (a new pod of that name has its own).
+        self.pods.on_deleted.append(lambda pod: self.auth.forget_pod(plans.uid_of(pod)))
 
     # --- who is asking ------------------------------------------------------------------------
 
     def agent_pod(self) -> tuple[AgentIdentity, dict[str, Any]]:
         """The caller's pod as the service watches it; AuthError when the token's identity
-        and the pod do not fit together."""
+        and the pod do not fit together. Asked once per request."""
+        known = g.get("agent")
+        if known is not None:
+            return known  # type: ignore[no-any-return]
+        g.agent = self._agent_pod()
+        return g.agent  # type: ignore[no-any-return]
+
+    def _agent_pod(self) -> tuple[AgentIdentity, dict[str, Any]]:
         identity = self.auth.agent(request.headers.get("Authorization"),
                                    request.headers.get(POD_HEADER))
         if not self.pods.ready.is_set():
@@ -206,16 +347,21 @@ class Service:
             return self.failed(ticket, pod, failures.legacy_report(body))
         stacks = self._stacks(body, ticket)
         recording = clean_meta(body.get("meta"))
+        toolset = plans.toolset_of(pod, self.planner.settings) or plans.Toolset(
+            "", "", frozenset(), False)
         meta = {**{k: v for k, v in recording.items() if k not in ("seconds", "frequency")},
                 "duration": ticket.duration, "frequency": ticket.frequency,
                 "schedule": ticket.schedule, "cron": ticket.cron, "due": ticket.due.isoformat(),
-                "container": (plans.toolset_of(pod, self.planner.settings) or plans.Toolset(
-                    "", "", frozenset(), False)).container,
-                "trigger": "schedule", "summary": _one_line(body.get("summary"), 4096)}
+                "container": toolset.container,
+                "trigger": "schedule", "summary": _one_line(body.get("summary"), 4096),
+                **app_identity(pod, toolset.container)}
         try:
             with self.write_lock:
-                run = self.store.save(ticket.namespace, ticket.pod, ticket.technique, stacks,
-                                      started=ticket.issued, meta=meta)
+                run = self.store.save_text(ticket.namespace, ticket.pod, ticket.technique,
+                                           stacks.text, samples=stacks.samples,
+                                           hottest=stacks.hottest, started=ticket.issued,
+                                           meta=meta)
+                self._keep_quota(run)
         except (StoreError, OSError) as error:
             metrics.RUNS.labels(technique=ticket.technique, outcome="failed",
                                 reason="store").inc()
@@ -275,23 +421,74 @@ class Service:
         return {"recorded": "failure", "reason": report.reason, "run": run_id,
                 "failures": count, "suspended": suspended}, 200
 
-    def _stacks(self, body: Mapping[str, Any], ticket: Ticket) -> dict[folded.Stack, int]:
-        text, kind = body.get("stacks"), body.get("format", "folded")
-        if not isinstance(text, str) or kind not in ("folded", "bpftrace"):
-            abort(400, description="stacks: expected text in format folded or bpftrace")
+    def _stacks(self, body: Mapping[str, Any], ticket: Ticket) -> Read:
+        """The push's stacks, read as its ticket's technique writes them (never as the body
+        says), within the caps of one push; 400, 413 or 422 with the reason otherwise."""
+        kind = "bpftrace" if ticket.technique == "bpftrace-profile" else "folded"
+        text, claimed = body.get("stacks"), body.get("format", kind)
+        if claimed != kind:
+            self._refuse(ticket, 422, "wrong-format", f"stacks: format {str(claimed)[:40]!r} "
+                         f"is not what a {ticket.technique} recording pushes ({kind})")
+        if not isinstance(text, str):
+            abort(400, description=f"stacks: expected text in format {kind}")
+        most = ticket.frequency * (ticket.duration + SAMPLE_SLACK_SECONDS) * CPU_MARGIN
+        limits = folded.Limits(max_frame=MAX_FRAME_CHARS, max_stacks=MAX_STACKS,
+                               max_samples=most, deadline=time.monotonic() + PARSE_SECONDS)
         try:
-            stacks = folded.parse(text) if kind == "folded" else collapse_bpftrace(text)
+            stacks = self.readers.read(kind, text, limits, PARSE_SECONDS)
+        except folded.TooLarge as error:
+            self._refuse(ticket, 413, "too-large", f"stacks refused: {error} (a push of "
+                         f"{ticket.duration} s at {ticket.frequency} Hz may hold {most} "
+                         f"samples, {MAX_STACKS} distinct stacks of {folded.MAX_DEPTH} frames, "
+                         f"{MAX_FRAME_CHARS} characters a frame)")
         except folded.FoldedError as error:
             metrics.RUNS.labels(technique=ticket.technique, outcome="failed",
                                 reason="bad-stacks").inc()
-            abort(400, description=f"stacks: not folded stacks: {error}")
-        except (ValueError, RecursionError) as error:  # collapse_bpftrace on hostile text
-            abort(400, description=f"stacks: not bpftrace output: {type(error).__name__}")
-        if not stacks:
+            abort(400, description=f"stacks: not {kind} stacks: {error}")
+        except (ValueError, RecursionError) as error:  # nothing foreseen: still the pod's text
+            self._refuse(ticket, 400, "bad-stacks", f"stacks: not {kind} stacks: "
+                         f"{type(error).__name__}")
+        if not stacks.samples:
             metrics.RUNS.labels(technique=ticket.technique, outcome="failed",
                                 reason="no-samples").inc()
             abort(422, description="no samples (was the app on CPU?)")
+        size = len(stacks.text.encode("utf-8"))
+        if self.quota is not None and size > self.quota:
+            self._refuse(ticket, 413, "over-quota", f"a run of {size} bytes is larger "
+                         f"than the quota of namespace {ticket.namespace} ({self.quota} bytes)")
         return stacks
+
+    @staticmethod
+    def _refuse(ticket: Ticket, status: int, reason: str, message: str) -> NoReturn:
+        metrics.RUNS.labels(technique=ticket.technique, outcome="failed", reason=reason).inc()
+        log.warning("schedule %s: %s/%s: push refused (%s): %s", ticket.schedule,
+                    ticket.namespace, ticket.pod, reason, message)
+        abort(status, description=message)
+
+    # --- quota --------------------------------------------------------------------------------
+
+    def _keep_quota(self, stored: Run) -> None:
+        """Under the write lock: the namespace's runs within its quota, the oldest removed
+        first (never the run just stored); its disk use in the metrics."""
+        namespace = stored.namespace
+        runs = sorted(self.store.runs(namespace), key=lambda run: (run.started, run.name))
+        sizes = {run.id: self.store.run_bytes(run) for run in runs}
+        used = sum(sizes.values())
+        for run in runs:
+            if self.quota is None or used <= self.quota:
+                break
+            if run.id == stored.id:
+                continue
+            self.store.remove(run)
+            used -= sizes[run.id]
+            metrics.RUNS.labels(technique=run.technique, outcome="removed", reason="quota").inc()
+            log.info("quota: removed %s (namespace %s holds %d bytes, its quota is %d)",
+                     run.id, namespace, used + sizes[run.id], self.quota)
+        self._set_namespace_bytes(namespace, used)
+
+    def _set_namespace_bytes(self, namespace: str, used: int) -> None:
+        self.namespace_bytes[namespace] = used
+        metrics.NAMESPACE_BYTES.labels(namespace=namespace).set(used)
 
     # --- retention ------------------------------------------------------------------------
 
@@ -303,13 +500,17 @@ class Service:
             log.info("retention: removed %s", run.id)
         runs = self.store.runs()
         metrics.STORE_RUNS.set(len(runs))
-        total = 0
+        by_namespace: dict[str, int] = {}
         for run in runs:
-            try:
-                total += sum(f.stat().st_size for f in run.path.iterdir() if f.is_file())
-            except OSError:
-                continue
-        metrics.STORE_BYTES.set(total)
+            by_namespace[run.namespace] = by_namespace.get(run.namespace, 0) + \
+                self.store.run_bytes(run)
+        metrics.STORE_BYTES.set(sum(by_namespace.values()))
+        with self.write_lock:
+            for namespace in set(self.namespace_bytes) - set(by_namespace):
+                del self.namespace_bytes[namespace]
+                metrics.NAMESPACE_BYTES.remove(namespace)
+            for namespace, used in by_namespace.items():
+                self._set_namespace_bytes(namespace, used)
 
     def retention_loop(self) -> None:
         while not self.stopped.wait(RETENTION_SECONDS):
@@ -323,6 +524,21 @@ class Service:
         self.pods.start()
         self.namespaces.start()
         threading.Thread(target=self.retention_loop, name="retention", daemon=True).start()
+
+
+def read_push_body() -> Any:
+    """The push's JSON body: 400 when it is not JSON, 413 when its shape is larger than a run's
+    (MAX_JSON_VALUES: a run is a handful of strings, the stacks one of them)."""
+    try:
+        text = request.get_data(cache=False).decode("utf-8")
+        jsonio.check_shape(text, MAX_JSON_VALUES)
+        return jsonio.loads(text)
+    except jsonio.ShapeError as error:
+        metrics.PUSHES_REFUSED.labels(reason="json-shape").inc()
+        abort(413, description=f"the body has {error}: a run is a JSON object of a few "
+              "strings (ticket, format, stacks, summary) and its meta")
+    except (ValueError, RecursionError):
+        abort(400, description="the body is not JSON")
 
 
 def create_service_app(service: Service) -> Flask:
@@ -358,11 +574,19 @@ def create_service_app(service: Service) -> Flask:
     def agent_push() -> Response:
         if request.mimetype != "application/json":
             abort(415, description="send the run as application/json")
-        try:
-            body = json.loads(request.get_data(cache=False))
-        except (ValueError, RecursionError):
-            abort(400, description="the body is not JSON")
-        return answer(lambda: service.push(body))
+
+        def push() -> tuple[dict[str, Any], int]:
+            # Who pushes is known from the headers: the namespace's slot is taken before the
+            # body is read, and the body's JSON shape is bounded before it is decoded.
+            identity, _ = service.agent_pod()
+            with service.slots.hold(identity.namespace):
+                try:
+                    return service.push(read_push_body())
+                except (HTTPException, Refused):
+                    service.slots.refuse(identity.namespace)
+                    raise
+
+        return answer(push)
 
     @app.post("/agent/v1/failures")
     def agent_failure() -> Response:
@@ -384,9 +608,13 @@ def create_service_app(service: Service) -> Flask:
     @app.errorhandler(409)
     @app.errorhandler(415)
     @app.errorhandler(422)
+    @app.errorhandler(429)
     def agent_error(error: Any) -> Response:
         code = getattr(error, "code", 500) or 500
-        return Response(json.dumps({"error": getattr(error, "description", "") or "error"}),
-                        status=code, mimetype="application/json")
+        response = Response(json.dumps({"error": getattr(error, "description", "") or
+                                         "error"}), status=code, mimetype="application/json")
+        if code == 429:
+            response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
 
     return app

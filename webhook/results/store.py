@@ -27,6 +27,7 @@ import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +83,43 @@ class Run:
 
     @property
     def samples(self) -> int:
+        """meta.json's count, else counted from the stacks (a run copied by hand, a meta.json
+        lost or unreadable): the list and the page never show 0 for a run that has samples."""
         value = self.meta.get("samples")
-        return value if isinstance(value, int) else 0
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        return self._counted[0]
+
+    @property
+    def hottest(self) -> list[tuple[str, int]]:
+        """The hottest leaf functions (name, self samples), from meta.json or the stacks."""
+        value = self.meta.get("hottest")
+        if isinstance(value, list):
+            pairs = [(item[0], item[1]) for item in value if isinstance(item, list)
+                     and len(item) == 2 and isinstance(item[0], str)
+                     and isinstance(item[1], int) and not isinstance(item[1], bool)]
+            if pairs:
+                return pairs
+        return self._counted[1]
+
+    @property
+    def seconds(self) -> float | None:
+        """How long the recording ran: meta.json's `duration` (the store's, from the ticket)
+        or `seconds` (the toolset's recording)."""
+        for key in ("duration", "seconds"):
+            value = self.meta.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and (
+                    0 <= value < 1e9):
+                return value
+        return None
+
+    @cached_property
+    def _counted(self) -> tuple[int, list[tuple[str, int]]]:
+        try:
+            stacks = self.stacks()
+        except (StoreError, OSError):
+            return 0, []
+        return folded.total(stacks), folded.hottest(stacks, 10)
 
     def stacks(self) -> dict[folded.Stack, int]:
         if self.failed:
@@ -138,6 +174,15 @@ class Store:
              meta: Mapping[str, Any] | None = None) -> Run:
         """Store one run; the folded stacks are written as given, the metadata completed with
         the names, start time, sample count and hottest functions."""
+        return self.save_text(namespace, pod, technique, folded.format_stacks(stacks),
+                              samples=folded.total(stacks), hottest=folded.hottest(stacks, 10),
+                              started=started, meta=meta)
+
+    def save_text(self, namespace: str, pod: str, technique: str, text: str, *, samples: int,
+                  hottest: list[tuple[str, int]], started: datetime,
+                  meta: Mapping[str, Any] | None = None) -> Run:
+        """save() of stacks already written as folded text (format_stacks's, with their
+        total and hottest functions: the results service reads pushes in another process)."""
         check_namespace(namespace)
         check_pod(pod)
         check_technique(technique)
@@ -150,11 +195,10 @@ class Store:
             "pod": pod,
             "technique": technique,
             "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "samples": folded.total(stacks),
-            "hottest": [[name, count] for name, count in folded.hottest(stacks, 10)],
+            "samples": samples,
+            "hottest": [[name, count] for name, count in hottest],
         })
-        return self._place(pod_dir, technique, started, record,
-                           folded.format_stacks(stacks))
+        return self._place(pod_dir, technique, started, record, text)
 
     def save_failure(self, namespace: str, pod: str, technique: str, *, started: datetime,
                      reason: str, message: str, meta: Mapping[str, Any] | None = None) -> Run:
@@ -210,9 +254,10 @@ class Store:
         return self.save(namespace, pod, technique, stacks, started=started, meta=meta)
 
     def prune(self, *, keep: int | None, max_age: timedelta | None,
-              now: datetime) -> list[Run]:
+              now: datetime, dry_run: bool = False) -> list[Run]:
         """Remove runs beyond the newest `keep` of each pod and runs older than `max_age`;
-        empty pod and namespace directories go too. Returns what was removed."""
+        empty pod and namespace directories go too. Returns what was removed (with
+        `dry_run`: what would be, and nothing is)."""
         now = utc(now)
         removed: list[Run] = []
         by_pod: dict[tuple[str, str], list[Run]] = {}
@@ -224,8 +269,11 @@ class Store:
                 too_many = keep is not None and position >= keep
                 too_old = max_age is not None and now - run.started > max_age
                 if too_many or too_old:
-                    shutil.rmtree(run.path, ignore_errors=True)
+                    if not dry_run:
+                        shutil.rmtree(run.path, ignore_errors=True)
                     removed.append(run)
+        if dry_run:
+            return removed
         for namespace_dir in self._dirs(self.root):
             for pod_dir in self._dirs(namespace_dir):
                 if not any(pod_dir.iterdir()):
@@ -233,6 +281,24 @@ class Store:
             if not any(namespace_dir.iterdir()):
                 namespace_dir.rmdir()
         return removed
+
+    @staticmethod
+    def remove(run: Run) -> None:
+        """Remove one run (the quota's oldest first); its empty pod directory goes too."""
+        shutil.rmtree(run.path, ignore_errors=True)
+        try:
+            run.path.parent.rmdir()
+        except OSError:
+            pass  # other runs of the pod are left
+
+    @staticmethod
+    def run_bytes(run: Run) -> int:
+        """Bytes the run's files take (0 when it is gone meanwhile)."""
+        try:
+            return sum(entry.stat().st_size for entry in run.path.iterdir()
+                       if entry.is_file() and not entry.is_symlink())
+        except OSError:
+            return 0
 
     # --- reading ----------------------------------------------------------------------------------
 

@@ -82,7 +82,7 @@ one.</p>
 <td><input type="radio" name="b" value="{{ run.id }}" aria-label="after"></td>
 <td><a class="view" href="runs/{{ run.id }}/">
 {{- run.started.strftime('%Y-%m-%d %H:%M:%S') }}</a></td>
-<td>{{ run.technique }}</td><td class="num">{{ run.meta.get('duration', '') }}</td>
+<td>{{ run.technique }}</td><td class="num">{{ seconds(run) }}</td>
 <td class="num">{{ run.samples }}</td>
 <td>{{ hottest(run) }}</td>
 <td><a href="runs/{{ run.id }}/stacks.folded">folded</a> &middot;
@@ -108,12 +108,16 @@ this pod until the pod, its profile or the schedule changes.</p>
 
 
 def _hottest(run: Run) -> str:
-    hottest = run.meta.get("hottest")
-    if isinstance(hottest, list) and hottest and isinstance(hottest[0], list) and run.samples:
-        name, count = hottest[0][0], hottest[0][1]
-        if isinstance(name, str) and isinstance(count, int):
-            return f"{name} ({100 * count / run.samples:.0f} %)"
+    hottest, samples = run.hottest, run.samples
+    if hottest and samples:
+        name, count = hottest[0]
+        return f"{name} ({100 * count / samples:.0f} %)"
     return ""
+
+
+def _seconds(run: Run) -> str:
+    seconds = run.seconds
+    return "" if seconds is None else f"{seconds:g}"
 
 
 class Access(Protocol):
@@ -239,7 +243,7 @@ def create_app(root: Path, access: Access | None = None) -> Flask:
         for members in groups.values():
             members.sort(key=lambda r: (r.started, r.name), reverse=True)
         return page("runs", _INDEX, groups=list(groups.items()), count=len(runs),
-                    root=str(root), hottest=_hottest)
+                    root=str(root), hottest=_hottest, seconds=_seconds)
 
     @app.get("/api/runs")
     def api_runs() -> Response:

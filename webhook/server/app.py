@@ -15,7 +15,11 @@ from flask import Flask
 from webhook.admission import review as admission
 from webhook.admission.guard import PodGuard
 from webhook.admission.mutate import Mutator
-from webhook.admission.namespace import review_namespace, review_namespace_guard
+from webhook.admission.namespace import (
+    review_namespace,
+    review_namespace_guard,
+    review_namespace_name,
+)
 from webhook.admission.review import Review
 from webhook.config import Settings, load_settings
 from webhook.policy.api import PolicyEngine
@@ -49,6 +53,15 @@ def namespace_gate(
         return review_request(body["request"], policy)
 
     return review
+
+
+def namespace_name_gate(body: Any) -> Review:
+    """The name label's gate (`review_namespace_name`, no policy needed) as the route calls it."""
+    if not isinstance(body, dict) or not isinstance(body.get("request"), dict):
+        return admission.build_response(
+            None, allowed=True, message="body is not an AdmissionReview with a request"
+        )
+    return review_namespace_name(body["request"])
 
 
 def serving_files_readiness(settings: Settings) -> Callable[[], str | None]:
@@ -136,6 +149,7 @@ def create_app(
         namespace_reviewer=namespace_reviewer,
         namespace_guard_reviewer=namespace_guard_reviewer,
         pod_validator=pod_validator,
+        namespace_name_reviewer=namespace_name_gate,
         readiness=readiness or serving_files_readiness(settings),
     )
     app.register_blueprint(blueprint)

@@ -50,6 +50,8 @@ class WebhookState:
     # The guard label's gate (webhook.admission.namespace.review_namespace_guard).
     namespace_guard_reviewer: NamespaceReviewer | None = None
     pod_validator: PodValidator | None = None
+    # The name label's gate (webhook.admission.namespace.review_namespace_name).
+    namespace_name_reviewer: NamespaceReviewer | None = None
     # None when ready, else why not (e.g. no serving certificate).
     readiness: Callable[[], str | None] | None = None
 
@@ -126,6 +128,14 @@ def validate_namespace_guard() -> Response:
     if state.namespace_guard_reviewer is None:
         raise NotFound("the guard's namespace-label gate is not enabled on this webhook")
     return _json(state.namespace_guard_reviewer(read_review_body(state.settings)))
+
+
+@_route("/validate-namespace-name", "POST")
+def validate_namespace_name() -> Response:
+    state = _state()
+    if state.namespace_name_reviewer is None:
+        raise NotFound("the namespace name label's gate is not enabled on this webhook")
+    return _json(state.namespace_name_reviewer(read_review_body(state.settings)))
 
 
 @_route("/validate-pods", "POST")

@@ -537,11 +537,20 @@ def uprobe(session: Session, arguments: Sequence[str], seconds: float) -> int:
     return result.returncode
 
 
-def doctor(session: Session, *, as_json: bool, expect: str | None) -> int:
-    command = ["doctor", *(["--json"] if as_json else []),
+def doctor(session: Session, *, as_json: bool, expect: str | None, as_yaml: bool = False) -> int:
+    """The toolset's `doctor` in the pod; its JSON report (as_json), or that report as YAML."""
+    command = ["doctor", *(["--json"] if as_json or as_yaml else []),
                *(["--expect", expect] if expect else [])]
     result = session.exec(command, on_stderr=session.progress)
-    sys.stdout.write(result.stdout)
+    text = result.stdout
+    if as_yaml:
+        import yaml
+
+        try:
+            text = yaml.safe_dump(json.loads(text), sort_keys=False, allow_unicode=True)
+        except ValueError:
+            pass  # not the JSON report (an older toolset?): shown as it came
+    sys.stdout.write(text)
     return result.returncode
 
 

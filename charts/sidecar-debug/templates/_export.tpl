@@ -1,5 +1,5 @@
 {{- /*
-Export of stored runs to Grafana Pyroscope and Parca (docs/exports.md), in the container that
+Export of stored runs to Grafana Pyroscope, Parca and OpenTelemetry (OTLP profiles) (docs/exports.md), in the container that
 stores runs (templates/results.yaml, the results service): SIDECAR_DEBUG_EXPORT carries
 results.export as JSON (webhook/results/export/settings.py checks it at start-up), and each
 sink's existingSecret is mounted read-only at /etc/sidecar-debug/export/<sink>/; with
@@ -8,14 +8,14 @@ results.export.egressTo, or anywhere). Nothing is rendered while no sink has a u
 */ -}}
 {{- define "sidecar-debug.export.sinks" -}}
 {{- $e := (.Values.results | default dict).export | default dict -}}
-{{- range $kind := list "pyroscope" "parca" }}
+{{- range $kind := list "pyroscope" "parca" "otlp" }}
 {{- $s := get $e $kind | default dict }}
 {{- if and $s.url $s.existingSecret }}{{ $kind }} {{ end }}
 {{- end }}
 {{- end -}}
 {{- define "sidecar-debug.export.env" -}}
 {{- $e := (.Values.results | default dict).export | default dict -}}
-{{- if or ($e.pyroscope | default dict).url ($e.parca | default dict).url }}
+{{- if or ($e.pyroscope | default dict).url ($e.parca | default dict).url ($e.otlp | default dict).url }}
 - name: SIDECAR_DEBUG_EXPORT
   value: {{ toJson $e | quote }}
 {{- end }}
@@ -42,7 +42,7 @@ results.export.egressTo, or anywhere). Nothing is rendered while no sink has a u
 {{- define "sidecar-debug.export.egress" -}}
 {{- $e := (.Values.results | default dict).export | default dict -}}
 {{- $ports := list -}}
-{{- range $kind := list "pyroscope" "parca" }}
+{{- range $kind := list "pyroscope" "parca" "otlp" }}
 {{- $url := (get $e $kind | default dict).url }}
 {{- if $url }}
 {{- $u := urlParse $url }}

@@ -274,6 +274,13 @@ the environment (SIDECAR_DEBUG_WEBHOOK_NAMESPACE, downward API), not from here.
 {{- $s := dict -}}
 {{- $_ := set $s "toolsetImage" (include "sidecar-debug.toolsetImage" .) -}}
 {{- $_ := set $s "imagePullPolicy" .Values.toolset.image.pullPolicy -}}
+{{- with .Values.toolset.debuginfod -}}
+{{- if .urls -}}
+{{- $_ := set $s "debuginfodUrls" .urls -}}
+{{- $_ := set $s "debuginfodTimeoutSeconds" (int .timeoutSeconds) -}}
+{{- $_ := set $s "debuginfodMaxBytes" (int64 .maxSizeBytes) -}}
+{{- end -}}
+{{- end -}}
 {{- $_ := set $s "sidecarName" .Values.sidecar.name -}}
 {{- $_ := set $s "sidecarResources" .Values.sidecar.resources -}}
 {{- $_ := set $s "nativeSidecar" (eq (include "sidecar-debug.nativeSidecar" .) "true") -}}
@@ -382,8 +389,8 @@ problems come back as warnings (one per line) that NOTES.txt prints.
 {{- if ge (mulf 2 .Values.webhook.sarTimeoutSeconds) (float64 .Values.webhook.timeoutSeconds) -}}
 {{- $warnings = append $warnings (printf "two SubjectAccessReview calls (2 x webhook.sarTimeoutSeconds=%v) do not fit inside webhook.timeoutSeconds=%v: the apiserver may give up first." .Values.webhook.sarTimeoutSeconds .Values.webhook.timeoutSeconds) -}}
 {{- end -}}
-{{- if semverCompare "<1.21.0-0" .Capabilities.KubeVersion.Version -}}
-{{- $warnings = append $warnings (printf "Kubernetes %s does not label namespaces with kubernetes.io/metadata.name (1.21+ does): the webhook configuration's namespace exclusions match nothing until you label them (kubectl label namespace NAME kubernetes.io/metadata.name=NAME for kube-system, kube-public, kube-node-lease and %s). The webhook still skips those namespaces itself." .Capabilities.KubeVersion.Version .Release.Namespace) -}}
+{{- if ne (include "sidecar-debug.nameLabelProtected" .) "true" -}}
+{{- $warnings = append $warnings (printf "Kubernetes %s neither sets nor protects the namespace label kubernetes.io/metadata.name (1.21+ does): anyone who may patch a namespace can write kube-system there. So no webhook entry of this chart selects by it: kube-system, kube-public, kube-node-lease, %s and injection.excludedNamespaces are skipped by the webhook itself, by the name in each request (their pods that opt in still reach the webhook). With the guard or the namespace gate, namespace-name.sidecar-debug.io (failurePolicy Fail) refuses any value of that label other than the namespace's own name. Do not rely on the label elsewhere (NetworkPolicies) until every namespace carries its own name: kubectl get namespaces -L kubernetes.io/metadata.name lists the values; fix one with kubectl label namespace NAME kubernetes.io/metadata.name=NAME --overwrite." .Capabilities.KubeVersion.Version .Release.Namespace) -}}
 {{- end -}}
 {{- if and .Values.namespaceGate.enabled (not (and .Values.rbac.create .Values.rbac.namespaceOptInRole)) -}}
 {{- $warnings = append $warnings "namespaceGate.enabled without rbac.namespaceOptInRole: create the ClusterRole granting use on debugprofiles/namespace-opt-in yourself." -}}
@@ -394,12 +401,28 @@ problems come back as warnings (one per line) that NOTES.txt prints.
 {{- join "\n" $warnings -}}
 {{- end -}}
 
-{{/* Webhook entry selectors. */}}
+{{/*
+"true" when the apiserver sets and protects kubernetes.io/metadata.name (Kubernetes >= 1.21).
+Below, anyone who may patch a namespace can write any value there (issue 24): no selector of the
+chart may then exclude by it, and the name label's gate refuses any value but the namespace's
+own name.
+*/}}
+{{- define "sidecar-debug.nameLabelProtected" -}}
+{{- semverCompare ">=1.21.0-0" .Capabilities.KubeVersion.Version | toString -}}
+{{- end -}}
+
+{{/*
+Webhook entry selectors: the excluded namespaces by name, where the name label can be trusted.
+On < 1.21 nothing (the entries select by the opt-in and guard labels only, and the webhook
+skips the excluded namespaces by the request's namespace name).
+*/}}
 {{- define "sidecar-debug.namespaceExclusion" -}}
+{{- if eq (include "sidecar-debug.nameLabelProtected" .) "true" -}}
 - key: kubernetes.io/metadata.name
   operator: NotIn
   values:
 {{ include "sidecar-debug.excludedNamespaces" . | indent 4 }}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -416,5 +439,7 @@ guard label) and "none" (neither). Selectors cannot say "or": each part is its o
 - key: sidecar-debug.io/guard
   operator: {{ ternary "Exists" "DoesNotExist" (eq .by "label") }}
 {{- end }}
-{{ include "sidecar-debug.namespaceExclusion" .root }}
+{{- with include "sidecar-debug.namespaceExclusion" .root }}
+{{ . }}
+{{- end }}
 {{- end -}}

@@ -471,6 +471,40 @@ def test_hostile_namespace_reviews_get_answers_and_no_traceback(
     assert outcomes.get("allowed", 0) >= 50 and outcomes.get("400", 0) >= 50, outcomes
 
 
+def test_hostile_namespace_reviews_at_the_name_gate_get_answers_and_no_traceback(
+    tracebacks: Tracebacks,
+) -> None:
+    """The name label's gate (/validate-namespace-name, issue 24) likewise: every hostile
+    review is answered (allowed, 400, or 403 when the label names another namespace)."""
+    webhook_settings = load_settings(environ={})
+    app = create_app(webhook_settings, make_gate(webhook_settings, FuzzCluster()))
+    client = app.test_client()
+    outcomes: dict[str, int] = {}
+
+    @settings(max_examples=NAMESPACE_EXAMPLES // 2, deadline=None, derandomize=True,
+              database=None, suppress_health_check=list(HealthCheck))
+    @given(hostile_namespace_reviews())
+    def review(body: dict[str, Any]) -> None:
+        tracebacks.found.clear()
+        metadata: Any = body
+        for key in ("request", "object", "metadata"):
+            metadata = metadata.get(key) if isinstance(metadata, dict) else None
+        if isinstance(metadata, dict) and isinstance(metadata.get("labels"), dict):
+            metadata["labels"][constants.LABEL_NAMESPACE_NAME] = "kube-system"
+        reply = client.post(
+            "/validate-namespace-name", data=json.dumps(body), content_type="application/json"
+        )
+        assert reply.status_code == 200, reply.data[:300]
+        _check_answer(body, reply.status_code, reply.data)
+        assert tracebacks.found == [], tracebacks.found
+        response = reply.get_json()["response"]
+        key = "allowed" if response["allowed"] else str(response["status"]["code"])
+        outcomes[key] = outcomes.get(key, 0) + 1
+
+    review()
+    assert outcomes.get("400", 0) >= 25 and outcomes.get("403", 0) >= 25, outcomes
+
+
 GUARD_EXAMPLES = 2_000
 
 

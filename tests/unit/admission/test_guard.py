@@ -136,6 +136,12 @@ def test_owned_annotations_changed() -> None:
         "seccomp.security.alpha.kubernetes.io/pod": "unconfined"}), "seccomp"),
     (lambda p: p["metadata"].update(annotations={
         "container.seccomp.security.alpha.kubernetes.io/app": "unconfined"}), "seccomp"),
+    # Issue 24: for a container that does not exist (yet), and AppArmor's too.
+    (lambda p: p["metadata"].update(annotations={
+        "container.seccomp.security.alpha.kubernetes.io/later": "unconfined"}), "later"),
+    (lambda p: p["metadata"].update(annotations={
+        "container.apparmor.security.beta.kubernetes.io/later": "unconfined"}), "apparmor"),
+    (lambda p: p["metadata"].update(annotations={"apparmor-ish/later": "x"}), None),
 ])
 def test_significant_updates_are_those_that_change_what_runs(change: Any, what: str | None
                                                             ) -> None:
@@ -450,3 +456,93 @@ def test_a_policy_rule_or_the_namespace_label_makes_the_level_restricted(
     privileged["spec"]["containers"][0]["securityContext"] = {"privileged": True}
     loose = PodGuard(settings, make_gate(settings, cluster), clock=lambda: GATE_NOW)
     assert answer(loose, privileged, BOB)["allowed"] is False
+
+
+# ------------------------------------------------------------------ issue 24: owned everywhere
+
+SECCOMP_LATER = "container.seccomp.security.alpha.kubernetes.io/later"
+APPARMOR_LATER = "container.apparmor.security.beta.kubernetes.io/later"
+
+
+def status_review(pod: dict[str, Any], old: dict[str, Any], user: dict[str, Any]
+                  ) -> dict[str, Any]:
+    """A pods/status UPDATE (`kubectl replace --raw .../status`, the kubelet's status patch):
+    the apiserver keeps the spec, the metadata goes through."""
+    review = admission_review(pod, NAMESPACE, operation="UPDATE", username=user["username"],
+                              groups=tuple(user["groups"]))
+    review["request"]["oldObject"] = old
+    review["request"]["subResource"] = "status"
+    review["request"]["name"] = pod["metadata"]["name"]
+    return review
+
+
+def test_pods_status_cannot_change_the_owned_annotations(
+        settings: Settings, gate: PolicyGate, guard: PodGuard) -> None:
+    pod = injected(settings, gate, ALICE)
+    for key, value in ((constants.ANNOTATION_STATUS, json.dumps({"mode": "standby"})),
+                       (constants.ANNOTATION_STATUS, None),
+                       (constants.ANNOTATION_OVERDUE_AFTER, "2999-01-01T00:00:00Z")):
+        new = copy.deepcopy(pod)
+        if value is None:
+            new["metadata"]["annotations"].pop(key)
+        else:
+            new["metadata"]["annotations"][key] = value
+        refused = guard.review(status_review(new, pod, BOB))["response"]
+        assert refused["allowed"] is False and reason(refused) == "owned-annotation", refused
+        assert key in refused["status"]["message"]
+        owner = {"username": OWNER, "groups": ["system:serviceaccounts"]}
+        assert guard.review(status_review(new, pod, owner))["response"]["allowed"] is True
+    # What the kubelet writes there passes: conditions, phase, and other annotations.
+    kubelet = {"username": "system:node:n1", "groups": ["system:nodes"]}
+    new = copy.deepcopy(pod)
+    new["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    new["metadata"]["annotations"]["team"] = "shop"
+    answered = guard.review(status_review(new, pod, kubelet))["response"]
+    assert answered["allowed"] is True and reason(answered) == "insignificant-update"
+    # Other subresources still pass unreviewed; DELETE-like operations too.
+    other = status_review(new, pod, BOB)
+    other["request"]["subResource"] = "binding"
+    assert guard.review(other)["response"]["allowed"] is True
+
+
+@pytest.mark.parametrize("via", ["pods", "pods/status"])
+@pytest.mark.parametrize(("key", "value"), [(SECCOMP_LATER, "unconfined"),
+                                            (APPARMOR_LATER, "unconfined")])
+def test_a_security_annotation_for_a_later_container_is_judged_as_at_create(
+        guard: PodGuard, via: str, key: str, value: str) -> None:
+    pod = app_pod()
+    planted = copy.deepcopy(pod)
+    planted["metadata"]["annotations"] = {key: value}
+    # At create it is refused...
+    assert answer(guard, planted, BOB)["allowed"] is False
+    # ...and so is an update that adds it, by either route.
+    review = (status_review(planted, pod, BOB) if via == "pods/status" else
+              admission_review(planted, NAMESPACE, operation="UPDATE", username="bob",
+                               groups=("system:authenticated",)))
+    review["request"]["oldObject"] = pod
+    refused = guard.review(review)["response"]
+    assert refused["allowed"] is False, refused
+    assert key in refused["status"]["message"]
+    # A safe value is an ordinary update.
+    harmless = copy.deepcopy(pod)
+    harmless["metadata"]["annotations"] = {key: "runtime/default"}
+    assert answer(guard, harmless, BOB, "UPDATE", pod)["allowed"] is True
+
+
+@pytest.mark.parametrize("legacy", [True, False], ids=["1.20", "1.22+"])
+@pytest.mark.parametrize("key", [SECCOMP_LATER, APPARMOR_LATER])
+def test_an_ephemeral_container_cannot_ride_on_an_annotation_planted_before(
+        guard: PodGuard, legacy: bool, key: str) -> None:
+    """A pod stored with the annotation before the guard existed (or past it): the ephemeral
+    container that takes the name gets the annotation's profile, so adding it is refused."""
+    pod = app_pod()
+    pod["metadata"]["annotations"] = {key: "unconfined"}
+    assert isinstance(guard.pods, Pods)
+    guard.pods.pods[(NAMESPACE, "web")] = pod
+    later = {"name": "later", "image": "busybox", "command": ["sh"]}
+    response = guard.review(ephemeral_review(pod, later, BOB, legacy))["response"]
+    assert response["allowed"] is False, response
+    assert key in response["status"]["message"]
+    # Under another name the annotation is not the new container's: the update passes.
+    other = {"name": "other", "image": "busybox", "command": ["sh"]}
+    assert guard.review(ephemeral_review(pod, other, BOB, legacy))["response"]["allowed"]

@@ -9,7 +9,11 @@ from typing import Any
 import pytest
 
 from tests.unit.policy.test_policy import ALICE, FakeCluster, make_gate
-from webhook.admission.namespace import review_namespace, review_namespace_guard
+from webhook.admission.namespace import (
+    review_namespace,
+    review_namespace_guard,
+    review_namespace_name,
+)
 from webhook.admission.review import Request
 from webhook.config import Settings, load_settings
 
@@ -290,3 +294,73 @@ def test_the_guard_label_gate_through_the_http_route(settings: Settings) -> None
     assert reply.get_json()["response"]["allowed"] is False
     # The opt-in label's route is another gate: off here, a 404 naming it.
     assert Client(app).post("/validate-namespace", json=body).status_code == 404
+
+
+# --- the name label's gate (/validate-namespace-name, issue 24) ------------------------------
+
+NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
+@pytest.mark.parametrize("forged", ["kube-system", "sidecar-debug", "", "team-b", "Team-A"])
+def test_a_namespace_cannot_claim_another_name(operation: str, forged: str) -> None:
+    """The attack of issue 24: `kubectl label ns team-a kubernetes.io/metadata.name=kube-system`
+    by someone with only `patch` on the namespace; refused whoever asks, naming the fix."""
+    old = namespace("team-a", {"debug": "enabled"}) if operation == "UPDATE" else None
+    response = review_namespace_name(ns_request(
+        operation, namespace("team-a", {"debug": "enabled", NAME_LABEL: forged}), old))["response"]
+    assert response["allowed"] is False and response["status"]["code"] == 403
+    message = response["status"]["message"]
+    assert f"may not carry {NAME_LABEL}={forged!r}" in message
+    assert f"kubectl label namespace team-a {NAME_LABEL}=team-a --overwrite" in message
+    assert response["auditAnnotations"] == {"decision": "deny", "reason": "forged-name-label"}
+
+
+def test_the_own_name_or_no_name_label_passes() -> None:
+    for labels in ({NAME_LABEL: "team-a"}, {}, {"team": "kube-system"}):
+        for operation in ("CREATE", "UPDATE"):
+            request = ns_request(operation, namespace("team-a", labels),
+                                 namespace("team-a", {NAME_LABEL: "kube-system"}))
+            assert review_namespace_name(request)["response"]["allowed"] is True, labels
+    # Removing a forged value (planted before the chart was installed) is the fix: it passes.
+    assert review_namespace_name(ns_request(
+        "UPDATE", namespace("team-a", {}), namespace("team-a", {NAME_LABEL: "kube-system"}))
+    )["response"]["allowed"] is True
+    # Keeping it, while changing anything else, does not.
+    assert review_namespace_name(ns_request(
+        "UPDATE", namespace("team-a", {NAME_LABEL: "kube-system", "team": "x"}),
+        namespace("team-a", {NAME_LABEL: "kube-system"})))["response"]["allowed"] is False
+
+
+def test_the_name_gate_reads_the_name_from_the_object_not_the_label() -> None:
+    """The request's name and the object's name are the apiserver's; a label is not."""
+    request = ns_request("CREATE", namespace("kube-system", {NAME_LABEL: "kube-system"}))
+    request["name"] = "kube-system"
+    assert review_namespace_name(request)["response"]["allowed"] is True
+    bad = ns_request("UPDATE", {"apiVersion": "v1", "kind": "Namespace",
+                                "metadata": {"name": "team-a", "labels": {NAME_LABEL: 7}}})
+    response = review_namespace_name(bad)["response"]
+    assert response["allowed"] is False and response["status"]["code"] == 400
+
+
+def test_the_name_gate_through_the_http_route(settings: Settings) -> None:
+    from werkzeug.test import Client
+
+    from webhook.server.app import create_app
+
+    app = create_app(settings, make_gate(settings, FakeCluster()))
+    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": ns_request("UPDATE", namespace("team-a", {NAME_LABEL: "kube-system"}),
+                                  namespace("team-a", {}))}
+    reply = Client(app).post("/validate-namespace-name", json=body)
+    assert reply.status_code == 200
+    assert reply.get_json()["response"]["allowed"] is False
+
+
+def test_policy_rules_see_the_namespaces_name_not_a_forged_label(settings: Settings) -> None:
+    """A rule selecting kubernetes.io/metadata.name means the namespace of that name, even
+    where the apiserver (< 1.21) stores whatever value a namespace's editor wrote."""
+    cluster = FakeCluster()
+    cluster.labels["team-a"] = {NAME_LABEL: "platform-tools"}
+    gate = make_gate(settings, cluster)
+    assert gate.namespace_labels("team-a")[NAME_LABEL] == "team-a"

@@ -16,10 +16,14 @@ def test_the_synthetic_profile_has_distinct_shared_prefix_stacks() -> None:
 
 
 def test_the_render_section_reports_a_target() -> None:
-    results = {"render": render.render_speed(500, rounds=1, browser=False)}
+    results = {"render": render.render_speed(500, rounds=1, browser=False, hostile_mb=0.2)}
     speed = results["render"]
     assert speed["stacks"] == 500 and speed["render_cpu_ms"] >= 0 and speed["page_mb"] > 0
     rows = report.targets(results)
-    assert [row["target"] for row in rows] == [
-        "flame graph page of 500 stacks (folded text -> HTML, CPU)"]
-    assert "6. Flame graph renderer: 500 stacks" in report.render({**results, "targets": rows})
+    assert [row["target"].split(" MB ")[-1] for row in rows] == [
+        "flame graph page of 500 stacks (folded text -> HTML, CPU)",
+        "evented, distinct deep stacks (CPU, traced peak)",
+        "evented, two deep stacks (CPU, traced peak)"]
+    text = report.render({**results, "targets": rows})
+    assert "6. Flame graph renderer: 500 stacks" in text and "Hostile inputs" in text
+    assert speed["hostile"][1]["outcome"] == "3 stacks"  # the deep stack, with f1 or f2 on top

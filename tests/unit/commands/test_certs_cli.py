@@ -50,8 +50,82 @@ def test_generate_again_reuses_the_ca_unless_asked(tmp_path: Path) -> None:
     assert (tmp_path / "tls.crt").read_bytes() != first_leaf
     leaf = pki.load_certificates((tmp_path / "tls.crt").read_bytes())[0]
     assert "127.0.0.1" not in pki.subject_alt_names(leaf)
-    assert main([*args, "--new-ca"]) == 0
+    assert main([*args, "--new-ca"]) == 2  # it would replace ca.key: only with --force
+    assert (tmp_path / "ca.crt").read_bytes() == first_ca
+    assert main([*args, "--new-ca", "--force"]) == 0
     assert (tmp_path / "ca.crt").read_bytes() != first_ca
+
+
+def test_generate_keeps_an_existing_serving_key_unless_forced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["certs", "generate", "--service", "s", "--namespace", "n", "--out", str(tmp_path)]
+    assert main(args) == 0
+    key = (tmp_path / "tls.key").read_bytes()
+    assert main([*args, "--days", "10"]) == 0
+    assert (tmp_path / "tls.key").read_bytes() == key  # a new certificate for the same key
+    leaf = pki.load_certificates((tmp_path / "tls.crt").read_bytes())[0]
+    assert pki.key_matches(leaf, pki.load_private_key(key)) and pki.days_left(leaf) <= 10
+    assert "key kept" in capsys.readouterr().out
+    assert main([*args, "--force"]) == 0
+    assert (tmp_path / "tls.key").read_bytes() != key
+    assert "new key" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("broken", ["tls.key", "ca.key"])
+def test_generate_refuses_to_replace_an_unusable_key_without_force(
+    tmp_path: Path, broken: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["certs", "generate", "--service", "s", "--namespace", "n", "--out", str(tmp_path)]
+    (tmp_path / broken).write_text("not a key\n")
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / broken} exists" in err and "--force replaces existing keys" in err
+    assert (tmp_path / broken).read_text() == "not a key\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [broken]  # nothing written
+    assert main([*args, "--force"]) == 0
+    pki.load_private_key((tmp_path / broken).read_bytes())
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--dns", "Bad_Name!"], "--dns 'Bad_Name!' is neither a DNS name nor an IP address"),
+    (["--dns", "UPPER.example"], "--dns 'UPPER.example' is neither a DNS name"),
+    (["--dns", "a..b"], "--dns 'a..b' is neither"),
+    (["--dns", "-lead.example"], "--dns '-lead.example' is neither"),
+    (["--dns", "x" * 64 + ".example"], "is neither a DNS name"),
+    (["--ip", "10.0.0.300"], "--ip '10.0.0.300' is not an IP address"),
+    (["--ip", "example.com"], "--ip 'example.com' is not an IP address"),
+    (["--service", "Hook"], "--service 'Hook' is not a Kubernetes name (a DNS-1123 label"),
+    (["--namespace", "a.b"], "--namespace 'a.b' is not a Kubernetes name"),
+    (["--cluster-domain", "bad_domain"], "--cluster-domain 'bad_domain' is not a DNS name"),
+])
+def test_generate_refuses_names_a_certificate_cannot_carry(
+    tmp_path: Path, flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = {"--service": "s", "--namespace": "n"}
+    args.update(dict(zip(flags[::2], flags[1::2], strict=True)))
+    argv = ["certs", "generate", "--out", str(tmp_path / "out")]
+    for flag, value in args.items():
+        argv.append(f"{flag}={value}")  # a value may start with '-'
+
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_generate_takes_wildcards_ips_and_ipv6(tmp_path: Path) -> None:
+    assert main(["certs", "generate", "--service", "s", "--namespace", "n", "--out",
+                 str(tmp_path), "--dns", "*.dev.example", "--dns", "web-1.example",
+                 "--ip", "::1", "--ip", "10.0.0.7"]) == 0
+    leaf = pki.load_certificates((tmp_path / "tls.crt").read_bytes())[0]
+    assert {"*.dev.example", "web-1.example", "::1", "10.0.0.7"} <= set(
+        pki.subject_alt_names(leaf))
+
+
+def test_check_name_guards_every_serving_certificate() -> None:
+    ca = pki.generate_ca()
+    with pytest.raises(pki.CertificateError, match="neither a DNS name nor an IP address"):
+        pki.generate_serving(ca, ["ok.example", "Bad_Name!"])
 
 
 def test_default_out_dir_is_the_repository_certs_folder(tmp_path: Path) -> None:
@@ -80,7 +154,7 @@ def test_inspect_bad_input_fails_cleanly(
 ) -> None:
     junk = tmp_path / "junk.pem"
     junk.write_text("hello")
-    assert main(["certs", "inspect", str(junk), str(tmp_path / "missing")]) == 1
+    assert main(["certs", "inspect", str(junk), str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert "junk.pem: not a PEM certificate bundle" in err and "missing" in err
 

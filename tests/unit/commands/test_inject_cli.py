@@ -116,7 +116,7 @@ def test_profile_flag_is_recorded_on_the_pod() -> None:
 @pytest.mark.parametrize(
     ("args", "stdin", "message"),
     [
-        (["inject", "-f", "/no/such/file.yaml"], None, "cannot read /no/such/file.yaml"),
+        (["inject", "-f", "/no/such/file.yaml"], None, "-f /no/such/file.yaml: the path does not"),
         (["inject", "-f", "-"], "a: [unclosed", "<stdin>:1: document 1: not valid YAML"),
         (["inject", "-f", "-", "--profile", "nope"], manifests(), "--profile 'nope' is not a"),
         (

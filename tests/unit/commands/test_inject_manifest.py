@@ -177,7 +177,7 @@ def test_a_duplicate_key_is_an_error_naming_both_lines_and_the_document_is_copie
     bad = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  name: b\n"
     source = pod_doc("first") + "---\n" + bad
     code, out, err = inject(source, profile="lttng")
-    assert code == 1
+    assert code == 2
     assert "app.yaml:14: document 2: duplicate key 'name' in a mapping (first at line 13)" in err
     assert out.decode().endswith("---\n" + bad)  # copied byte for byte
     assert b"debug-toolset" in out  # the good document was still injected
@@ -288,7 +288,7 @@ def test_one_bad_document_does_not_stop_the_run() -> None:
     source = "\n---\n".join([pod_doc("a"), "kind: Pod\nspec: [unclosed\n", "kind: Deployment\n"
                              "metadata: {name: d}\nspec: {}\n", pod_doc("b")])
     code, out, err = inject(source, profile="lttng")
-    assert code == 1
+    assert code == 2
     text = out.decode()
     assert text.count("name: debug-toolset") == 2  # a and b
     assert "kind: Pod\nspec: [unclosed\n" in text and "spec: {}\n" in text
@@ -318,7 +318,7 @@ def test_a_malformed_pod_shape_is_named() -> None:
 )
 def test_input_that_is_not_utf8_text_is_one_line(data: bytes, message: str) -> None:
     code, out, err = inject(data)
-    assert code == 1 and out == b""
+    assert code == 2 and out == b""
     assert len(err.splitlines()) == 1 and message in err and "Traceback" not in err
     assert ("iconv -f UTF-" in err) == ("UTF" in message)  # says how to convert it
 
@@ -327,14 +327,14 @@ def test_a_latin1_document_is_named_with_its_line_and_the_others_go_on() -> None
     latin1 = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata:\n  city: Malmö\n"
     source = pod_doc("p").encode() + b"---\n" + latin1.encode("latin-1")
     code, out, err = inject(source, profile="lttng")
-    assert code == 1
+    assert code == 2
     assert "app.yaml:14: document 2: not UTF-8 text (byte 0xF6; Latin-1" in err
     assert out.endswith(latin1.encode("latin-1")) and b"debug-toolset" in out
 
 
 def test_control_characters_are_refused_with_their_line() -> None:
     code, _, err = inject("kind: ConfigMap\ndata:\n  a: b\x07\n")
-    assert code == 1 and "app.yaml:3: document 1: not YAML text: control character U+0007" in err
+    assert code == 2 and "app.yaml:3: document 1: not YAML text: control character U+0007" in err
 
 
 # -- the command: usage errors exit 2 and write nothing -----------------------------------------
@@ -494,7 +494,7 @@ def test_split_never_loses_or_adds_a_byte(lines: list[str], final_newline: bool)
     assert numbered == list(range(1, len(numbered) + 1))
     code, out, err = inject(data)
     assert out == data  # nothing here holds a pod: every byte is copied
-    assert "Traceback" not in err and code in (0, 1)
+    assert "Traceback" not in err and code in (0, 1, 2)
 
 
 def test_the_read_back_check_tells_types_apart() -> None:
@@ -534,7 +534,7 @@ def test_offline_inject_refuses_an_alias_bomb_in_one_line_and_copies_the_documen
     # of CPU). The subprocess's timeout bounds the test should that come back.
     source = billion_laughs().encode()
     result = run(["inject", "-f", "-"], stdin=source)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stdout == source
     [refusal, summary] = result.stderr.decode().splitlines()
     assert refusal.startswith("sidecar-debug: <stdin>:10: document 1: YAML aliases (here *l3)")
@@ -544,7 +544,7 @@ def test_offline_inject_refuses_an_alias_bomb_in_one_line_and_copies_the_documen
 def test_an_alias_to_its_own_enclosing_node_is_refused_not_a_recursion_error() -> None:
     source = "apiVersion: v1\nkind: Pod\nmetadata: &m\n  name: x\n  self: *m\nspec: {}\n"
     code, out, err = inject(source)
-    assert code == 1 and out == source.encode()
+    assert code == 2 and out == source.encode()
     assert "app.yaml:5: document 1: the YAML alias *m refers to the node that contains it" in err
 
 

@@ -50,8 +50,8 @@ def test_check_reports_file_line_path_problem(
 
 
 def test_check_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["policy", "check", str(tmp_path / "nope.yaml")]) == 1
-    assert "nope.yaml: (document): cannot read" in capsys.readouterr().err
+    assert main(["policy", "check", str(tmp_path / "nope.yaml")]) == 2
+    assert "nope.yaml: no such file or directory" in capsys.readouterr().err
 
 
 def explain(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object]:

@@ -44,7 +44,7 @@ def injected(profile: str = "full", cfg: Settings | None = None, **spec: Any) ->
     """The pod as the webhook injects it (offline inject runs the same pipeline)."""
     result = inject_workload(app_pod(profile, **spec), cfg or default_settings())
     assert result.changed, result.outcomes
-    return copy.deepcopy(result.document)  # type: ignore[no-any-return]
+    return copy.deepcopy(result.document)
 
 
 SECCOMP_ANNOTATION = {"Unconfined": "unconfined", "RuntimeDefault": "runtime/default"}
@@ -405,3 +405,24 @@ def test_any_value_in_any_field_never_raises_and_never_widens(key: str, value: A
     report = verify_toolsets(pod, default_settings())
     if report.toolsets and key in SECURITY_KEYS:
         assert sidecar(pod).get(key) == sidecar(original).get(key)
+
+
+DEBUGINFOD = "https://debuginfod.example"
+
+
+def test_a_toolset_with_the_settings_debuginfod_verifies_and_a_forged_server_does_not() -> None:
+    """The debuginfod servers are the settings', in the injected and the attached toolset; a
+    pod's creator who points the toolset at a server of theirs has no verified toolset."""
+    cfg = settings_with(debuginfod_urls=DEBUGINFOD)
+    pod = as_admitted(injected("perf", cfg))
+    attach = build_attach_container(pod, cfg, cfg.profiles["full"], name=attached_name("cccccc"),
+                                    target="app")
+    pod["spec"].setdefault("ephemeralContainers", []).append(attach)
+    assert {"name": "DEBUGINFOD_URLS", "value": DEBUGINFOD} in attach["env"]
+    assert verified(pod, cfg) == [("containers", "debug-toolset", "perf"),
+                                  ("ephemeralContainers", "debug-toolset-cccccc", "full")]
+    for container in (sidecar(pod), attach):
+        entry = next(e for e in container["env"] if e["name"] == "DEBUGINFOD_URLS")
+        entry["value"] = "http://attacker.example"
+    assert verified(pod, cfg) == []
+    assert verified(as_admitted(injected("perf", cfg))) == []  # not the settings' env

@@ -227,6 +227,10 @@ def test_a_platform_team_adds_a_profile_without_code(tmp_path: Any) -> None:
         ({"SIDECAR_DEBUG_SIDECAR_NAME": "Bad_Name"}, "sidecarName"),
         ({"SIDECAR_DEBUG_IMAGE_PULL_POLICY": "Sometimes"}, "imagePullPolicy"),
         ({"SIDECAR_DEBUG_NATIVE_SIDECAR": "maybe"}, "SIDECAR_DEBUG_NATIVE_SIDECAR"),
+        ({"SIDECAR_DEBUG_DEBUGINFOD_URLS": "file:///etc/passwd"}, "debuginfodUrls"),
+        ({"SIDECAR_DEBUG_DEBUGINFOD_URLS": "https://a.example ftp://b"}, "debuginfodUrls"),
+        ({"SIDECAR_DEBUG_DEBUGINFOD_TIMEOUT_SECONDS": "0"}, "debuginfodTimeoutSeconds"),
+        ({"SIDECAR_DEBUG_DEBUGINFOD_MAX_BYTES": "1000"}, "debuginfodMaxBytes"),
     ],
 )
 def test_bad_settings_fail_at_start_naming_the_field(environ: dict[str, str], field: str) -> None:
@@ -250,3 +254,17 @@ def test_patch_escapes_slash_and_tilde_in_new_keys() -> None:
     paths = [op["path"] for op in decode_patch(review)]
     assert "/metadata/annotations/sidecar-debug.io~1status" in paths
     assert not any("a/b" in path for path in paths)
+
+
+def test_debuginfod_servers_reach_the_toolset_env_only_when_set() -> None:
+    result, _ = injected(pod())
+    names = {e["name"] for e in result["spec"]["containers"][0]["env"]}
+    assert not names & {"DEBUGINFOD_URLS", "DEBUGINFOD_MAXTIME", "DEBUGINFOD_MAXSIZE"}
+    settings = load_settings(environ={
+        "SIDECAR_DEBUG_DEBUGINFOD_URLS": " https://debuginfod.example  http://10.0.0.7:8002 ",
+        "SIDECAR_DEBUG_DEBUGINFOD_TIMEOUT_SECONDS": "12"})
+    result, _ = injected(pod(), settings=settings)
+    env = {e["name"]: e["value"] for e in result["spec"]["containers"][0]["env"]}
+    assert env["DEBUGINFOD_URLS"] == "https://debuginfod.example http://10.0.0.7:8002"
+    assert (env["DEBUGINFOD_MAXTIME"], env["DEBUGINFOD_MAXSIZE"]) == ("12", str(512 << 20))
+    assert result["spec"]["containers"][1].get("env") is None  # the app's: untouched

@@ -725,33 +725,47 @@ def test_directory_of_files_in_name_order(settings: Settings, tmp_path: Path) ->
 def test_reload_on_change_and_keep_last_good_on_error(
     settings: Settings, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A changed file is read in a thread of its own: the review that notices the change is
+    answered with the policy in force, the next ones with the new policy."""
     clock = Clock()
     gate = make_gate(settings, FakeCluster(), policy_text("mode: skip"), tmp_path, clock=clock)
     path = tmp_path / "policy.yaml"
     assert gate.evaluate(request(settings, "full")).profile is None  # skip
 
+    def reloaded_after(seconds: float) -> None:
+        clock.now += seconds
+        gate.evaluate(request(settings, "full"))  # starts the reload, does not wait for it
+        gate.store.wait_for_reload(10)
+
     path.write_text(policy_text("mode: deny"))
     os.utime(path, ns=(1, 10**18))
     assert gate.evaluate(request(settings, "full")).allowed  # not re-read before the interval
-    clock.now += 3
+    reloaded_after(3)
     assert not gate.evaluate(request(settings, "full")).allowed  # deny now
 
+    failed = metric("sidecar_debug_policy_reloads_total", {"outcome": "failed"})
     path.write_text(policy_text("mode: bogus"))
     os.utime(path, ns=(1, 2 * 10**18))
-    clock.now += 3
     with caplog.at_level("ERROR", logger="webhook.policy"):
+        reloaded_after(3)
         assert not gate.evaluate(request(settings, "full")).allowed  # last good policy stays
-        clock.now += 3
-        gate.evaluate(request(settings, "full"))
+        reloaded_after(3)
     errors = [r for r in caplog.records if "policy reload failed" in r.getMessage()]
     assert len(errors) == 1 and "policy.yaml:5: spec.defaults.mode" in errors[0].getMessage()
     assert gate.store.last_error is not None
+    assert metric("sidecar_debug_policy_reloads_total", {"outcome": "failed"}) == failed + 1
 
     path.write_text(policy_text("mode: downgrade"))
     os.utime(path, ns=(1, 3 * 10**18))
-    clock.now += 3
+    reloaded_after(3)
     assert gate.evaluate(request(settings, "full")).profile == "lttng"
     assert gate.store.last_error is None
+
+
+def metric(name: str, labels: dict[str, str]) -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
 def test_load_policy_engine_without_a_path_uses_the_builtin_policy(settings: Settings) -> None:

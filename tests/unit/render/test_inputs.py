@@ -95,13 +95,14 @@ def test_a_real_go_cpu_profile(tmp_path: Path) -> None:
 
 
 BAD = [
-    (b"", "no samples"),
-    (b"garbage\n", "line 1: expected 'frame;frame;... COUNT'"),
-    (b"\xff\xfe\x00binary", "neither folded stacks (text) nor a pprof profile"),
-    (b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xff\xff", "gzip data is corrupt"),
-    (gzip.compress(FOLDED.encode())[:-12], "gzip data is truncated"),
-    (b'{"a": 1}', "not a speedscope file"),
-    (b"[" * 100_000, "line 1: expected 'frame;frame;... COUNT'"),
+    (b"", "folded stacks: no samples"),
+    (b"garbage\n", "folded stacks: line 1: expected 'frame;frame;... COUNT'"),
+    (b"\x00\x01binary", "pprof: field number 0"),
+    (b"\xff\xfe\x00", "folded stacks: UTF-16 text that does not decode"),
+    (b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xff\xff", "gzip: the data is corrupt"),
+    (gzip.compress(FOLDED.encode())[:-12], "gzip: the data is truncated"),
+    (b'{"a": 1}', "speedscope: JSON, but not a speedscope file"),
+    (b"[" * 100_000, "folded stacks: line 1: expected 'frame;frame;... COUNT'"),
     (b'[1, 2]', "JSON, but not a speedscope file"),
     (b'{"profiles": [], "shared": {"frames": []}}', "no profiles"),
     (b'{"profiles": [{"type": "sampled", "samples": [[5]], "weights": [1]}], '
@@ -111,7 +112,7 @@ BAD = [
     (b'{"profiles": [{"type": "evented", "events": [{"type": "C", "frame": 0, "at": 1}]}], '
      b'"shared": {"frames": [{"name": "a"}]}}', "neither opens nor closes"),
     (b'{"profiles": [{"type": "flat"}], "shared": {"frames": []}}', "neither 'sampled'"),
-    (b"\x0a\x02\x08\x05", "not a pprof profile"),  # a sample type, no string table
+    (b"\x0a\x02\x08\x05", "pprof: not a profile"),  # a sample type, no string table
 ]
 
 
@@ -160,3 +161,89 @@ def test_meta_that_is_not_an_object_becomes_a_warning() -> None:
     assert inputs.read_meta(None) == {}
     assert inputs.read_meta(b"[1]")["warnings"] == ["meta.json is ignored: not a JSON object"]
     assert inputs.read_meta(b"{")["warnings"][0].startswith("meta.json is ignored: not JSON")
+
+
+# --- folded stacks as flamegraph.pl reads them ----------------------------------------------------
+
+@pytest.mark.parametrize(("text", "stacks"), [
+    pytest.param("main;fib 3\n 2\n", {("main", "fib"): 3, (): 2}, id="empty-stack-under-the-root"),
+    pytest.param("main;fib 0.5\nmain;fib 1.25\nmain 2.\nx\t.5\n",
+                 {("main", "fib"): 1.75, ("main",): 2.0, ("x",): 0.5}, id="fractional"),
+    pytest.param("a;;b 1\na; 2\n;b 1\n", {("a", "", "b"): 1, ("a", ""): 2, ("", "b"): 1},
+                 id="empty-frames-kept"),
+    pytest.param("main;fib 3\r\nmain;gc 1\r\n", {("main", "fib"): 3, ("main", "gc"): 1},
+                 id="crlf"),
+    pytest.param("main;fib\t3\nmain;gc  \t 1  \n", {("main", "fib"): 3, ("main", "gc"): 1},
+                 id="tabs-and-runs-of-blanks"),
+    pytest.param("a b;c d 4\n", {("a b", "c d"): 4}, id="blanks-inside-frames"),
+    pytest.param("main;fib 007\nmain 0\n", {("main", "fib"): 7}, id="leading-zeros-and-zero"),
+    pytest.param("\ufeffmain;fib 3\n", {("main", "fib"): 3}, id="utf8-bom"),
+    pytest.param("main;java_[j] 1500000\nmain;sys_[k] 250000\n",
+                 {("main", "java_[j]"): 1500000, ("main", "sys_[k]"): 250000},
+                 id="async-profiler-weighted"),
+])
+def test_folded_lines_real_tools_write(text: str, stacks: dict[tuple[str, ...], float]) -> None:
+    loaded = inputs.load(text.encode())
+    assert loaded.format == "folded" and loaded.stacks == stacks and not loaded.warnings
+    assert all(isinstance(count, int) for stack, count in loaded.stacks.items()
+               if float(stacks[stack]).is_integer() and "." not in text)
+
+
+def test_utf16_with_a_bom_is_read() -> None:
+    loaded = inputs.load("main;fib 3\r\n".encode("utf-16"))
+    assert loaded.stacks == {("main", "fib"): 3}
+
+
+def test_bytes_that_are_not_utf8_are_replaced_and_said() -> None:
+    """A Latin-1 frame name in a folded file (once refused as a broken pprof profile)."""
+    loaded = inputs.load(b"main;caf\xe9 3\nmain;ok 1\nx;\xff\xfe 1\n")
+    assert loaded.format == "folded"
+    assert loaded.stacks == {("main", "caf\ufffd"): 3, ("main", "ok"): 1, ("x", "\ufffd\ufffd"): 1}
+    assert loaded.warnings == (
+        "3 invalid UTF-8 byte sequences replaced by U+FFFD \ufffd (the first on line 1)",)
+
+
+def test_a_real_replacement_character_is_not_counted_as_replaced() -> None:
+    loaded = inputs.load("main;\ufffd 1\n".encode() + b"main;\xe9 1\n")
+    assert loaded.warnings == (
+        "1 invalid UTF-8 byte sequence replaced by U+FFFD \ufffd (the first on line 2)",)
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    (b"main;fib 3\nmain;gc x\n", "folded stacks: line 2: expected 'frame;frame;... COUNT'"),
+    (b"main;fib -3\n", "folded stacks: line 1: expected"),
+    (b"main;fib 1e3\n", "folded stacks: line 1: expected"),
+    (b"3\n", "folded stacks: line 1: expected"),  # no blank before the count: not ` 3`
+    (b"main;fib 0\n", "folded stacks: no samples"),
+    (b"main;fib " + b"9" * 5000 + b"\n", "folded stacks: line 1: count 9999"),
+    (b";" * 5000 + b" 1\n", "folded stacks: line 1: a stack of 5001 frames, more than 4096"),
+    (b"main;fib \xe9\n", "folded stacks: line 1: expected"),
+    (b"{\"profiles\": [}",
+     "neither speedscope JSON (Expecting value: line 1 column 15 (char 14)) nor folded stacks"),
+])
+def test_every_error_names_the_format_it_read(data: bytes, message: str) -> None:
+    with pytest.raises(inputs.InputError) as raised:
+        inputs.load(data)
+    assert message in str(raised.value), str(raised.value)
+
+
+def test_the_frames_of_all_stacks_are_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inputs, "MAX_FRAMES", 10)
+    assert inputs.load(b"a;b;c 1\na;b;d 1\na;b;c 5\n").stacks[("a", "b", "c")] == 6
+    with pytest.raises(inputs.InputError, match="folded stacks: more than 10 frames in all"):
+        inputs.load(b"a;b;c 1\na;b;d 1\na;b;e;f;g 1\n")
+    with pytest.raises(inputs.InputError, match="pprof: more than 10 frames in all"):
+        inputs.load(formats.pprof({("a", "b", "c", "d", "e", "f"): 1, ("x",) * 6: 1}))
+
+
+def test_deep_pprof_and_sampled_speedscope_stacks_are_refused() -> None:
+    deep = {tuple(f"f{i}" for i in range(inputs.MAX_DEPTH + 1)): 1}
+    with pytest.raises(inputs.InputError, match="pprof: sample 0: a stack of more than 4096"):
+        inputs.load(formats.pprof(deep))
+    with pytest.raises(inputs.InputError, match="speedscope: profile 0: a stack of 4097 frames"):
+        inputs.load(formats.speedscope_json(deep, "deep"))
+
+
+def test_an_empty_pprof_sample_counts_under_the_root() -> None:
+    loaded = inputs.load(formats.pprof({("main",): 2, (): 3}))
+    assert loaded.stacks == {("main",): 2, (): 3}

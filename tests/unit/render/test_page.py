@@ -144,10 +144,13 @@ def test_the_recordings_units_and_depths() -> None:
     assert page_data(Profile({("a",): 1}, meta={"unit": "<b>"}))["unit"] == "<b>"
 
 
-def test_differential_data_carries_both_counts_normalised() -> None:
+def test_differential_data_carries_both_real_counts_and_the_scale() -> None:
+    """A's counts travel as recorded (the page shows them as A's samples), with the factor
+    that scales them to B's total for the comparison (shown as "scaled")."""
     before = folded.parse("a;b 10\n")
     after = folded.parse("a;b 5\na;c 15\n")
     data = page_data(Profile(after, base=before))
-    assert drawn(data, "before") == {("a", "b"): 20, ("a", "c"): 0}
+    assert drawn(data, "before") == {("a", "b"): 10, ("a", "c"): 0}
     assert drawn(data) == {("a", "b"): 5, ("a", "c"): 15}
     assert data["differential"] is True
+    assert data["scale"] == 2.0 and data["totals"] == [10, 20]

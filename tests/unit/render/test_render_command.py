@@ -62,5 +62,29 @@ def test_a_differential_page(tmp_path: Path) -> None:
                  "-o", str(out)]) == 0
     data = page_data(out.read_text())
     assert data["differential"] is True and data["title"] == "a.folded -> b.folded"
-    assert drawn(data, "before") == {("main", "fib"): 40, ("main", "io"): 10, ("main", "json"): 0}
+    assert drawn(data, "before") == {("main", "fib"): 80, ("main", "io"): 20, ("main", "json"): 0}
+    assert data["scale"] == 0.5 and data["totals"] == [100, 50]
     assert drawn(data) == {("main", "fib"): 20, ("main", "io"): 0, ("main", "json"): 30}
+
+
+def test_a_differential_graph_of_two_units_is_refused(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Go's CPU profile (nanoseconds) against folded samples: no scale makes them comparable."""
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures" / "profiles"
+    assert main(["render", str(fixtures / "go-cpu.pb.gz"), "--diff",
+                 str(fixtures / "perf-go.folded"), "-o", str(tmp_path / "d.html")]) == 2
+    err = capsys.readouterr().err
+    assert "perf-go.folded counts samples (folded) and" in err
+    assert "go-cpu.pb.gz counts ns (pprof): a differential graph compares profiles of one unit" \
+        in err
+    assert not (tmp_path / "d.html").exists()
+
+
+def test_bytes_that_are_not_utf8_are_a_warning_on_the_page_and_stderr(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "latin1.folded").write_bytes(b"main;caf\xe9 3\n")
+    assert main(["render", str(tmp_path / "latin1.folded"), "-o", str(tmp_path / "p.html")]) == 0
+    warning = "1 invalid UTF-8 byte sequence replaced by U+FFFD \ufffd (the first on line 1)"
+    assert f"warning: {tmp_path / 'latin1.folded'}: {warning}" in capsys.readouterr().err
+    data = page_data((tmp_path / "p.html").read_text())
+    assert data["warnings"] == [f"{tmp_path / 'latin1.folded'}: {warning}"]

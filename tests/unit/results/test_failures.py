@@ -337,6 +337,7 @@ class Pods:
         self.items = {item["metadata"]["name"]: item for item in items}
         self.ready = threading.Event()
         self.ready.set()
+        self.on_deleted: list[Any] = []
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.items.get(name) if namespace == "shop" else None

@@ -42,6 +42,25 @@ def test_index_lists_runs_by_namespace_and_pod(client: FlaskClient) -> None:
     assert 'href="runs/shop/web-1/20261203T070000Z-perf/profile.pb.gz"' in html
 
 
+def test_index_fills_every_column_when_meta_json_is_short(tmp_path: Path) -> None:
+    """A run whose meta.json has no count, no hottest functions and the toolset's `seconds`
+    (not the store's `duration`), and one with no meta.json at all: the columns come from the
+    stacks and the recording, never 0 samples or an empty cell."""
+    import json
+
+    store = Store(tmp_path)
+    short = store.save("shop", "web-1", "perf", folded.parse("main;fib 30\nmain;gc 10\n"),
+                       started=T0)
+    (short.path / "meta.json").write_text(json.dumps({"seconds": 12.5}))
+    bare = store.save("shop", "web-2", "perf", folded.parse("main;io 7\n"), started=T0)
+    (bare.path / "meta.json").unlink()
+    html = create_app(tmp_path).test_client().get("/").get_data(as_text=True)
+    cells = re.findall(r'<tr class="run" data-run="([^"]+)">.*?<td>perf</td>'
+                       r'<td class="num">([^<]*)</td>\s*<td class="num">([^<]*)</td>\s*'
+                       r'<td>([^<]*)</td>', html, re.S)
+    assert cells == [(short.id, "12.5", "40", "fib (75 %)"), (bare.id, "", "7", "io (100 %)")]
+
+
 def test_empty_store_says_how_runs_arrive(tmp_path: Path) -> None:
     html = create_app(tmp_path).test_client().get("/").get_data(as_text=True)
     assert 'id="empty"' in html and "sidecar-debug.io/schedule" in html

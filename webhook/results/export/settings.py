@@ -21,10 +21,14 @@ from urllib.parse import urlsplit
 
 ENV_EXPORT = "SIDECAR_DEBUG_EXPORT"
 SECRETS_ROOT = Path("/etc/sidecar-debug/export")
-SINKS = ("pyroscope", "parca")
+SINKS = ("pyroscope", "parca", "otlp")
 # Prometheus' label names (Parca checks them); Pyroscope also allows '.', we do not need it.
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,62}$")
 _RESERVED = frozenset({"__name__", "namespace", "pod", "container", "technique", "schedule"})
+# OpenTelemetry attribute names (dots allowed); the ones we set from the run are not the sink's.
+_ATTRIBUTE_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_.]{0,62}$")
+_RESERVED_ATTRIBUTES = frozenset({"k8s.namespace.name", "k8s.pod.name", "k8s.container.name",
+                                  "service.name"})
 # Pyroscope's application names: letters, digits, '_', '.', '-', '/' (its labelset.go).
 _APP_NAME = re.compile(r"^[a-zA-Z0-9_./-]{1,100}$")
 MAX_SECRET_FILE = 64 << 10
@@ -167,8 +171,10 @@ def _sink(kind: str, raw: Any, timeout: float, secrets_root: Path,
     if raw is None:
         return None
     _require(isinstance(raw, dict), where, "must be an object")
-    name_key = "applicationName" if kind == "pyroscope" else "profileName"
-    known = {"url", "labels", "existingSecret", name_key}
+    name_key = {"pyroscope": "applicationName", "parca": "profileName",
+                "otlp": "protocol"}[kind]
+    labels_key = "resourceAttributes" if kind == "otlp" else "labels"
+    known = {"url", labels_key, "existingSecret", name_key}
     unknown = sorted(set(raw) - known)
     _require(not unknown, where, f"unknown field(s) {unknown}; known: {sorted(known)}")
     url = raw.get("url") or ""
@@ -181,19 +187,29 @@ def _sink(kind: str, raw: Any, timeout: float, secrets_root: Path,
     _require(not parts.query and not parts.fragment and not parts.username,
              f"{where}.url", "the base URL only (no query, fragment or user: credentials go "
              "in existingSecret)")
-    default_name = "sidecar-debug" if kind == "pyroscope" else "process_cpu"
-    name = raw.get(name_key) or default_name
-    pattern = _APP_NAME if kind == "pyroscope" else _LABEL_NAME
-    _require(isinstance(name, str) and bool(pattern.match(name)), f"{where}.{name_key}",
-             f"must match {pattern.pattern}, got {name!r}")
-    labels = raw.get("labels") or {}
-    _require(isinstance(labels, dict), f"{where}.labels", "must be an object")
+    if kind == "otlp":
+        # OTLP/HTTP with binary protobuf; gRPC is not offered (see docs/exports.md).
+        name = raw.get(name_key) or "http/protobuf"
+        _require(name == "http/protobuf", f"{where}.{name_key}",
+                 f"must be http/protobuf, got {name!r}")
+    else:
+        default_name = "sidecar-debug" if kind == "pyroscope" else "process_cpu"
+        name = raw.get(name_key) or default_name
+        pattern = _APP_NAME if kind == "pyroscope" else _LABEL_NAME
+        _require(isinstance(name, str) and bool(pattern.match(name)), f"{where}.{name_key}",
+                 f"must match {pattern.pattern}, got {name!r}")
+    labels = raw.get(labels_key) or {}
+    _require(isinstance(labels, dict), f"{where}.{labels_key}", "must be an object")
+    key_pattern, reserved, noun, characters = (
+        (_ATTRIBUTE_NAME, _RESERVED_ATTRIBUTES, "an attribute name", "letters, digits, '_', '.'")
+        if kind == "otlp" else (_LABEL_NAME, _RESERVED, "a label name", "letters, digits, '_'"))
     for key, value in labels.items():
-        _require(bool(_LABEL_NAME.match(key)) and key not in _RESERVED, f"{where}.labels",
-                 f"{key!r} is not a label name we may set (letters, digits, '_'; not one of "
-                 f"{sorted(_RESERVED)})")
+        _require(bool(key_pattern.match(key)) and key not in reserved, f"{where}.{labels_key}",
+                 f"{key!r} is not {noun} we may set ({characters}; not one of "
+                 f"{sorted(reserved)})")
         _require(isinstance(value, str) and value.isprintable() and len(value) <= 200,
-                 f"{where}.labels.{key}", "must be printable text of at most 200 characters")
+                 f"{where}.{labels_key}.{key}",
+                 "must be printable text of at most 200 characters")
     secret = raw.get("existingSecret") or ""
     _require(isinstance(secret, str), f"{where}.existingSecret", "must be a string")
     return SinkSettings(kind=kind, url=url, name=name, labels=dict(labels),

@@ -10,6 +10,11 @@ WriteRawRequest (proto/parca/profilestore/v1alpha1/profilestore.proto): one seri
 `__name__` + ours, one sample whose `rawProfile` is the gzip'd pprof, base64 as proto3's JSON
 mapping writes bytes. Parca validates label names as Prometheus does and the pprof's ids as
 sequential (pkg/parcacol ValidatePprofProfile); webhook.results.formats.pprof writes them so.
+
+OpenTelemetry: `POST /v1development/profiles` (the OTLP/HTTP path of the profiles signal,
+`opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export`) with the
+binary protobuf `ExportProfilesServiceRequest` as the body (webhook.results.otlp), resource
+attributes from the Kubernetes semantic conventions, the run's pprof as the original payload.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from webhook.results import folded, formats
+from webhook.results import folded, formats, otlp
 from webhook.results.export.settings import SinkSettings
 from webhook.results.store import Run
 
@@ -111,4 +116,49 @@ def parca(sink: SinkSettings, run: Run, stacks: Mapping[folded.Stack, int]) -> R
                    json.dumps(body, separators=(",", ":")).encode())
 
 
-BUILDERS = {"pyroscope": pyroscope, "parca": parca}
+OTLP_PATH = "/v1development/profiles"
+_SAMPLE_KINDS = {"cpu": "cpu", "wall": "wall", "offcpu": "off_cpu"}
+
+
+def resource_attributes(sink: SinkSettings, run: Run) -> dict[str, str]:
+    """OpenTelemetry's Kubernetes semantic conventions for the pod the run was recorded in,
+    `service.name` from the app's labels where the pod has them, and the sink's own."""
+    meta = run.meta
+    values = {"k8s.namespace.name": run.namespace, "k8s.pod.name": run.pod,
+              "k8s.container.name": meta.get("appContainer"),
+              "service.name": meta.get("serviceName")}
+    return {**sink.labels, **{key: value[:MAX_LABEL_VALUE] for key, value in values.items()
+                              if isinstance(value, str) and value}}
+
+
+def otlp_recording(sink: SinkSettings, run: Run, stacks: Mapping[folded.Stack, int]
+                   ) -> otlp.Recording:
+    start, until = window(run, folded.total(stacks))
+    unit = run.meta.get("unit")
+    weighted = isinstance(unit, str) and unit in ("nanoseconds", "microseconds",
+                                                  "milliseconds", "seconds")
+    kind = run.meta.get("type")
+    rate = frequency(run)
+    pprof = formats.pprof(stacks, period_ns=1_000_000_000 // rate,
+                          time_ns=start * 1_000_000_000,
+                          duration_ns=(until - start) * 1_000_000_000, comment=run.id)
+    attributes = {"sidecar_debug.technique": run.technique, "sidecar_debug.run": run.id}
+    schedule = run.meta.get("schedule")
+    if isinstance(schedule, str) and schedule:
+        attributes["sidecar_debug.schedule"] = schedule[:MAX_LABEL_VALUE]
+    return otlp.Recording(
+        resource=resource_attributes(sink, run), attributes=attributes,
+        profile_id=otlp.profile_id(run.id), time_ns=start * 1_000_000_000,
+        duration_ns=(until - start) * 1_000_000_000, frequency=0 if weighted else rate,
+        unit=str(unit) if weighted else "count",
+        sample_kind=_SAMPLE_KINDS.get(kind, "cpu") if isinstance(kind, str) else "cpu",
+        original_pprof=b"" if weighted else pprof)
+
+
+def otlp_http(sink: SinkSettings, run: Run, stacks: Mapping[folded.Stack, int]) -> Request:
+    request = otlp.export_request(stacks, otlp_recording(sink, run, stacks))
+    return Request("POST", sink.endpoint(OTLP_PATH),
+                   {"Content-Type": "application/x-protobuf"}, request.SerializeToString())
+
+
+BUILDERS = {"pyroscope": pyroscope, "parca": parca, "otlp": otlp_http}
