@@ -225,3 +225,125 @@ def test_a_schedule_runs_with_the_charts_defaults_and_no_exec_right(
         for opener in opened:
             opener.close()
         upgrade_release(full_cluster, chart_release, check=False)
+
+
+def test_a_perf_profile_pod_records_as_a_non_root_app_and_a_failing_one_reaches_its_owner(
+        full_cluster: Cluster, chart_release: str, make_namespace: MakeNamespace,
+        node_sample: str, local_volume: str, tmp_path: Path) -> None:
+    """Issue 23: two pods of the least-privileged profile that records flame graphs (`perf`),
+    their app as uid 10001, a perf schedule every minute on each. `web` (the Node sample) gets
+    its scheduled runs stored. `broken` is a bad deploy that keeps crashing at start (its
+    script is missing): the pod stays Running with its toolset, but at run time there is no
+    app process to record (`no-target`). Its owner sees each failure as a failed run on the
+    results page (read as a reader of the namespace, through `results open`), the first as a
+    RecordingFailed Event on the pod (one per schedule and reason per hour); the third
+    suspends the recording on this pod with a RecordingSuspended Event, and the toolset is not
+    asked again (item 7)."""
+    upgrade_release(full_cluster, chart_release, "--set", "results.enabled=true")
+    opened: list[Opened] = []
+    namespace = make_namespace("owner", {"debug": "enabled"})
+    opener = f"results-open-{namespace}"
+    try:
+        schedule = json.dumps({"cron": "* * * * *", "duration": "2s"})
+
+        def perf_pod(name: str, command: list[str] | None = None) -> dict[str, Any]:
+            manifest = node_pod(name, namespace, name, node_sample,
+                                {"sidecar-debug.io/profile": "perf",
+                                 "sidecar-debug.io/schedule": schedule})
+            app = manifest["spec"]["containers"][0]
+            app["securityContext"] = {"runAsUser": 10001, "runAsGroup": 10001,
+                                      "runAsNonRoot": True, "allowPrivilegeEscalation": False}
+            if command:
+                app["command"] = command
+            return manifest
+
+        apply(full_cluster, perf_pod("web"))
+        apply(full_cluster, perf_pod("broken", ["node", "/app/missing.js"]))
+        web = wait_pod_running(full_cluster, namespace, "web")
+        assert json.loads(web["metadata"]["annotations"]["sidecar-debug.io/status"])[
+            "profile"] == "perf"
+
+        def crashing() -> dict[str, Any] | None:
+            pod = full_cluster.kubectl_json("get", "pod", "broken", "-n", namespace)
+            states = {s["name"]: s for s in pod.get("status", {}).get("containerStatuses", [])}
+            up = "running" in states.get("debug-toolset", {}).get("state", {})
+            return pod if up and states.get("app", {}).get("restartCount", 0) >= 1 and \
+                pod["status"].get("phase") == "Running" else None
+
+        broken = wait_until(crashing, 180, "the broken app crashing, its toolset running",
+                            interval=2)
+        uid = broken["metadata"]["uid"]
+        # A reader of the namespace, allowed to open the page (port-forward) and nothing more.
+        full_cluster.kubectl("create", "rolebinding", "alice-results", "-n", namespace,
+                             f"--clusterrole={chart_release}-results-reader", "--user=alice")
+        full_cluster.kubectl("create", "role", opener, "-n", RELEASE_NAMESPACE,
+                             "--verb=get,list,create", "--resource=pods,pods/portforward")
+        full_cluster.kubectl("create", "rolebinding", opener, "-n", RELEASE_NAMESPACE,
+                             f"--role={opener}", "--user=alice")
+        alice = Opened(full_cluster, "alice", tmp_path)
+        opened.append(alice)
+
+        def runs_of(pod: str) -> list[dict[str, Any]]:
+            status, body = alice.get("/api/runs")
+            return [r for r in json.loads(body) if (r["namespace"], r["pod"]) == (namespace, pod)
+                    ] if status == 200 else []
+
+        started = time.monotonic()
+        try:
+            wait_until(lambda: len(runs_of("broken")) >= 3 and runs_of("web") or None, 330,
+                       "three failed runs of broken, a stored run of web", interval=5)
+        finally:
+            for what, where in (([f"deployment/{chart_release}-results"], RELEASE_NAMESPACE),
+                                (["broken", "-c", "debug-toolset"], namespace),
+                                (["web", "-c", "debug-toolset"], namespace)):
+                logs = full_cluster.kubectl("logs", "-n", where, *what, check=False)
+                print(f"\n--- logs {' '.join(what)} ---\n{(logs.stdout + logs.stderr)[-4000:]}")
+        third = time.monotonic()
+        print(f"\nfirst pod created to the third failed run: {third - started:.0f} s")
+
+        # The perf profile records the non-root app: a stored run, its hot function named.
+        stored = runs_of("web")
+        assert stored and all(r["outcome"] == "stored" for r in stored), stored
+        assert stored[0]["technique"] == "perf" and stored[0]["samples"] > 0
+        status, stacks = alice.get(f"/runs/{stored[0]['id']}/stacks.folded")
+        assert status == 200 and "fibonacci" in stacks
+
+        # The crashing app: three failed runs on the page, with the reason and the line.
+        failed = runs_of("broken")
+        assert len(failed) == 3, failed
+        for run in failed:
+            assert (run["technique"], run["outcome"], run["reason"]) == (
+                "perf", "failed", "no-target"), run
+            assert "no app process found" in run["message"], run
+        status, page = alice.get("/")
+        assert status == 200 and page.count('class="run failed"') == 3
+
+        # The Events on the pod, as the apiserver keeps them.
+        suspended = wait_until(lambda: events(full_cluster, namespace, "RecordingSuspended"),
+                               60, "the RecordingSuspended Event")
+        recorded = events(full_cluster, namespace, "RecordingFailed")
+        print(json.dumps([(e["reason"], e["message"]) for e in recorded + suspended], indent=1))
+        assert len(recorded) == 1 and len(suspended) == 1  # one per schedule and reason per hour
+        for event in recorded + suspended:
+            assert event["involvedObject"]["uid"] == uid and event["type"] == "Warning"
+            assert event["source"]["component"] == "sidecar-debug-results"
+        assert "failed (no-target): flamegraph exited 3: " in recorded[0]["message"]
+        assert "2 more with this reason" in recorded[0]["message"]
+        assert "suspended after 3 failures (no-target" in suspended[0]["message"]
+
+        # Not asked again: a cron minute and more than a poll after the third failure.
+        time.sleep(max(0.0, 80 - (time.monotonic() - third)))
+        assert len(runs_of("broken")) == 3
+        toolset_log = full_cluster.kubectl("logs", "-n", namespace, "broken", "-c",
+                                           "debug-toolset").stdout
+        assert toolset_log.count("recording perf for 2 s") == 3, toolset_log
+        service_log = full_cluster.kubectl("logs", "-n", RELEASE_NAMESPACE,
+                                           f"deployment/{chart_release}-results").stdout
+        assert "suspended after 3 failures (no-target)" in service_log
+        assert "Traceback" not in service_log
+    finally:
+        for opener_process in opened:
+            opener_process.close()
+        full_cluster.kubectl("delete", "role,rolebinding", opener, "-n", RELEASE_NAMESPACE,
+                             "--ignore-not-found", check=False)
+        upgrade_release(full_cluster, chart_release, check=False)
