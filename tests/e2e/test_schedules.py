@@ -299,7 +299,7 @@ def test_a_perf_profile_pod_records_as_a_non_root_app_and_a_failing_one_reaches_
                 logs = full_cluster.kubectl("logs", "-n", where, *what, check=False)
                 print(f"\n--- logs {' '.join(what)} ---\n{(logs.stdout + logs.stderr)[-4000:]}")
         third = time.monotonic()
-        print(f"\nfirst pod created to the third failed run: {third - started:.0f} s")
+        print(f"\npage opened to the third failed run: {third - started:.0f} s")
 
         # The perf profile records the non-root app: a stored run, its hot function named.
         stored = runs_of("web")
