@@ -6,7 +6,9 @@ the sidecar and pushes the run; `sidecar-debug results open` shows it to a reade
 port-forward with the reader's own token, and nothing to a reader without rights. A poisoned
 annotation in another namespace leaves the schedule running (timed) and gets an Event on its
 namespace; a perf schedule on a pod whose sidecar was downgraded to lttng is reported once on
-that pod (issue 18 item 5)."""
+that pod (issue 18 item 5). Issue 23: a `perf`-profile pod with its app as uid 10001 gets its
+scheduled runs stored; a pod whose recording fails at run time (its app crash-looping) gets a
+RecordingFailed Event and failed runs on the page, and after 3 failures is not asked again."""
 
 from __future__ import annotations
 
