@@ -45,7 +45,7 @@ MAX_PAGE = 1000
 # The meta.json fields a listing shows (the page's columns); the rest stays in meta.json.
 LIST_KEYS = ("samples", "hottest", "duration", "seconds", "outcome", "reason", "message",
              "schedule", "trigger")
-_CURSOR = re.compile(r"(\d{1,12})~([a-z0-9./-]{5,400})")
+_CURSOR = re.compile(r"(\d{1,12})~([A-Za-z0-9./-]{5,400})")
 
 _SCHEMA = """
 CREATE TABLE runs (
@@ -69,6 +69,14 @@ CREATE TABLE pods (
     PRIMARY KEY (namespace, pod)
 );
 """
+
+
+_COLUMNS = {
+    "runs": ("id", "namespace", "pod", "name", "started", "technique", "samples", "bytes",
+             "meta"),
+    "pods": ("namespace", "pod", "mtime"),
+}
+_INDEXES = {"runs_newest", "runs_namespace", "runs_pod"}
 
 
 class QueryError(ValueError):
@@ -167,22 +175,10 @@ class RunIndex:
         path = directory / INDEX_FILE
         try:
             self._own_directory(directory)
-            reason = self._problem(path)
+            reason = self._problem(path) or self._unusable(path)
             if reason is None:
-                db = self._connect(path)
-                try:
-                    version = db.execute("PRAGMA user_version").fetchone()[0]
-                    check = db.execute("PRAGMA quick_check").fetchone()[0]
-                except sqlite3.DatabaseError as error:
-                    db.close()
-                    reason = f"corrupt ({error})"
-                else:
-                    if version == FORMAT_VERSION and check == "ok":
-                        self.path = path
-                        return db
-                    db.close()
-                    reason = f"format version {version}, not {FORMAT_VERSION}" if \
-                        version != FORMAT_VERSION else f"corrupt ({check})"
+                self.path = path
+                return self._connect(path)
             self._remove(path)
             db = self._connect(path)
             self.path = path
@@ -192,6 +188,33 @@ class RunIndex:
             self.path = None
         self._create(db, reason)
         return db
+
+    def _unusable(self, path: Path) -> str | None:
+        """Why the index file cannot be used as it is (None: it can): not a database, another
+        format version, a failed integrity check, tables or columns not this version's."""
+        db: sqlite3.Connection | None = None
+        try:
+            db = self._connect(path)
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version != FORMAT_VERSION:
+                return f"format version {version}, not {FORMAT_VERSION}"
+            check = db.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                return f"corrupt ({check[:200]})"
+            for table, columns in _COLUMNS.items():
+                found = tuple(row[1] for row in db.execute(f"PRAGMA table_info({table})"))
+                if found != columns:
+                    return f"table {table} is not this version's"
+            names = {row[0] for row in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index'")}
+            if not _INDEXES <= names:
+                return "an index of the table is missing"
+        except sqlite3.DatabaseError as error:
+            return f"corrupt ({error})"
+        finally:
+            if db is not None:
+                db.close()
+        return None
 
     @staticmethod
     def _own_directory(directory: Path) -> None:

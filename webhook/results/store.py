@@ -303,7 +303,15 @@ class Store:
         """A page of runs, newest first, filtered (webhook.results.index.Query), from the
         index: each Run carries the meta.json fields a listing shows (LIST_KEYS); get() reads
         the whole meta.json. QueryError on a bad filter or page token."""
-        return self.index.page(query, self.row_run)
+        try:
+            return self.index.page(query, self.row_run)
+        except sqlite3.DatabaseError as error:  # damaged while open: checked, rebuilt, again
+            log.error("results index: %s; opening it again", error)
+            with self._index_lock:
+                stale, self._index = self._index, None
+            if stale is not None:
+                stale.close()
+            return self.index.page(query, self.row_run)
 
     def row_run(self, run_id: str, started: int, technique: str = "", samples: int = 0,
                  meta: dict[str, Any] | None = None) -> Run:
