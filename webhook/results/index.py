@@ -375,8 +375,9 @@ class RunIndex:
     def namespaces(self) -> list[str]:
         self.refresh(force=False)
         with self.lock:
+            # From the pods' table (a row per pod directory): not a scan of every run.
             return [row[0] for row in
-                    self.db.execute("SELECT DISTINCT namespace FROM runs ORDER BY namespace")]
+                    self.db.execute("SELECT DISTINCT namespace FROM pods ORDER BY namespace")]
 
     def page(self, query: Query, make: Callable[..., Run]) -> Page:
         """One page of runs, newest first; `make` builds a Run from an index row."""
@@ -389,8 +390,8 @@ class RunIndex:
             total = self.db.execute(f"SELECT COUNT(*) FROM runs WHERE {where}",  # noqa: S608
                                     args).fetchone()[0]
             if after is not None:
-                where += " AND (started < ? OR (started = ? AND id < ?))"
-                args = [*args, after[0], after[0], after[1]]
+                where += " AND (started, id) < (?, ?)"
+                args = [*args, after[0], after[1]]
             rows = self.db.execute(
                 "SELECT id, started, technique, samples, meta FROM runs "  # noqa: S608
                 f"WHERE {where} ORDER BY started DESC, id DESC LIMIT ?",
@@ -399,8 +400,8 @@ class RunIndex:
             rows = rows[:query.limit]
             remaining = self.db.execute(
                 f"SELECT COUNT(*) FROM runs WHERE {where} AND "  # noqa: S608
-                "(started < ? OR (started = ? AND id < ?))",
-                [*args, rows[-1][1], rows[-1][1], rows[-1][0]]).fetchone()[0] if more else 0
+                "(started, id) < (?, ?)",
+                [*args, rows[-1][1], rows[-1][0]]).fetchone()[0] if more else 0
         runs = [make(run_id, started, technique, samples, json.loads(meta))
                 for run_id, started, technique, samples, meta in rows]
         token = encode_cursor(rows[-1][1], rows[-1][0]) if more and rows else None

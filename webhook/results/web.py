@@ -207,9 +207,12 @@ def create_app(root: Path, access: Access | None = None, store: Store | None = N
         if wanted and not visible(wanted):
             forbidden(wanted)
         try:
-            namespaces = [wanted] if wanted else (
-                None if access is None else
-                [ns for ns in store.index.namespaces() if visible(ns)])
+            namespaces: list[str] | None = [wanted] if wanted else None
+            if not wanted and access is not None:
+                every = store.index.namespaces()
+                namespaces = [ns for ns in every if visible(ns)]
+                if len(namespaces) == len(every):
+                    namespaces = None  # all of them: no filter (the newest-first index alone)
             query = list_query(request.args, namespaces)
             return store.page(query)
         except QueryError as error:
