@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 INDEX_DIR = ".index"
 INDEX_FILE = "runs.sqlite3"
-FORMAT_VERSION = 1  # PRAGMA user_version; another number: rebuilt from the runs
+FORMAT_VERSION = 2  # PRAGMA user_version; another number: rebuilt from the runs
 REFRESH_SECONDS = 10.0  # a listing looks for runs changed by hand at most this often
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
@@ -62,6 +62,7 @@ CREATE TABLE runs (
 CREATE INDEX runs_newest ON runs (started DESC, id DESC);
 CREATE INDEX runs_namespace ON runs (namespace, started DESC, id DESC);
 CREATE INDEX runs_pod ON runs (namespace, pod, started DESC, id DESC);
+CREATE INDEX runs_technique ON runs (technique, started DESC, id DESC);
 CREATE TABLE pods (
     namespace TEXT NOT NULL,
     pod TEXT NOT NULL,
@@ -76,7 +77,7 @@ _COLUMNS = {
              "meta"),
     "pods": ("namespace", "pod", "mtime"),
 }
-_INDEXES = {"runs_newest", "runs_namespace", "runs_pod"}
+_INDEXES = {"runs_newest", "runs_namespace", "runs_pod", "runs_technique"}
 
 
 class QueryError(ValueError):

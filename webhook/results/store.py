@@ -316,10 +316,13 @@ class Store:
     def row_run(self, run_id: str, started: int, technique: str = "", samples: int = 0,
                  meta: dict[str, Any] | None = None) -> Run:
         namespace, pod, name = run_id.split("/")
-        match = _RUN_NAME.match(name)
-        return Run(namespace, pod, name, datetime.fromtimestamp(started, UTC),
-                   technique or (match.group(3) if match else ""),
-                   self.root / namespace / pod / name, {**(meta or {}), "samples": samples})
+        if not technique:
+            match = _RUN_NAME.match(name)
+            technique = match.group(3) if match else ""
+        # One Path of the joined text (a page makes hundreds: pathlib's joins cost more than
+        # the index's query).
+        return Run(namespace, pod, name, datetime.fromtimestamp(started, UTC), technique,
+                   Path(f"{self.root}/{run_id}"), {**(meta or {}), "samples": samples})
 
     def _scan_pod(self, namespace: str, pod: str) -> list[Run]:
         found = []

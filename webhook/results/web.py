@@ -226,11 +226,18 @@ def create_app(root: Path, access: Access | None = None, store: Store | None = N
                 if request.args.get(name)}
         return "?" + urlencode({**kept, "page": page.next})
 
+    compiled: dict[str, Any] = {}  # templates compiled once (not on every request)
+
+    def template(text: str) -> Any:
+        if text not in compiled:
+            compiled[text] = app.jinja_env.from_string(text)
+        return compiled[text]
+
     def page(title: str, body: str, *, subtitle: str = "", depth: int = 0, **extra: Any) -> str:
         home = "../" * depth or "./"
-        inner = render_template_string(body, **extra)
-        return render_template_string(
-            _LAYOUT, title=title, subtitle=subtitle, body=inner, style=_STYLE, home=home)
+        inner = template(body).render(**extra)
+        return str(template(_LAYOUT).render(
+            title=title, subtitle=subtitle, body=inner, style=_STYLE, home=home))
 
     def graph(profile: render.Profile, home: str) -> Response:
         """A flame graph page from the one renderer; its own policy (the hashes of its inline
