@@ -20,7 +20,8 @@ from bench.servers import ServerSpec
 from webhook.config import Settings
 
 SECTIONS = ("handler", "guard", "workers", "slow-clients", "scaling", "guard-core", "memory",
-            "e2e", "render", "flamegraph", "flamegraph-demo", "fleet", "results-isolation")
+            "e2e", "render", "flamegraph", "flamegraph-demo", "fleet", "results-isolation",
+            "results-store")
 WORKER_CONFIGS = (
     "sync:2,gthread:2x4,balanced:1x4,balanced:2x1,balanced:2x2,balanced:2x4,balanced:2x8,"
     "balanced:3x4,balanced:4x2"
@@ -84,6 +85,8 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
                         help="fleet section: injected pods (toolsets polling) per point")
     parser.add_argument("--fleet-seconds", type=float, default=60,
                         help="fleet section: steady-state seconds measured per point")
+    parser.add_argument("--store-points", default="10000:10:100,100000:10:1000,100000:1000:10000",
+                        help="results-store section: RUNS:NAMESPACES:PODS per point")
     parser.add_argument("--no-cluster", action="store_true",
                         help="skip the e2e section (the only one that needs Kubernetes)")
     parser.add_argument("--reuse-cluster", action="store_true",
@@ -103,6 +106,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         args.render_stacks = min(args.render_stacks, 5000)
         args.flamegraph_rounds = 1
         args.fleet_pods, args.fleet_seconds = "100", 20
+        args.store_points = "10000:10:100"
     return args
 
 
@@ -222,6 +226,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             results["results-isolation"] = results_isolation.measure()
             _log(f"results-isolation: {results['results-isolation']['baseline']} alone, "
                  f"{results['results-isolation']['attacked']} under attack")
+            save()
+        if "results-store" in sections:
+            from bench import results_store
+
+            results["results-store"] = results_store.measure(
+                args.store_points, requests=20 if args.quick else 100, log=_log)
             save()
         results["meta"]["stub_api_calls"] = stub_api.calls()
     results["json"] = str(save())

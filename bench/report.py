@@ -44,6 +44,7 @@ def _target(name: str, met: bool | None, value: str, goal: str) -> dict[str, Any
 
 def targets(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows = _flamegraph_targets(results.get("flamegraph") or {})
+    rows += _store_targets(results.get("results-store") or {})
     rows += _flamegraph_demo_targets(results.get("flamegraph-demo") or {})
     handler = results.get("handler")
     if handler:
@@ -152,6 +153,29 @@ def flask_cost_ms(comparison: Mapping[str, Any]) -> float | None:
     if flask is None or plain is None:
         return None
     return round(float(flask) - float(plain), 3)
+
+
+def _store_targets(store: Mapping[str, Any]) -> list[dict[str, Any]]:
+    from bench.results_store import MAX_PAGE_P99_MS
+
+    return [_target(
+        f"results page/api, {row['runs']} runs in {row['namespaces']} namespaces: page p99",
+        row["page_p99_ms_worst"] <= MAX_PAGE_P99_MS,
+        f"{row['page_p99_ms_worst']} ms (worst kind)", f"<= {MAX_PAGE_P99_MS} ms")
+        for row in store.get("points", [])]
+
+
+def _store_table(store: Mapping[str, Any]) -> list[str]:
+    rows = store.get("points", [])
+    if not rows:
+        return []
+    return ["\n8. Results store (generated runs; pages through the service's app)", _table(
+        ["runs", "namespaces", "pods", "page p50/p99 ms (first, deep, ns, pod, filter, html)",
+         "restart s", "rebuild s", "retention s", "quota ms", "peak RSS MiB", "index B/run"],
+        [[r["runs"], r["namespaces"], r["pods"],
+          " ".join(f"{p['p50_ms']}/{p['p99_ms']}" for p in r["page"].values()),
+          r["restart_s"], r["rebuild_s"], r["retention_nothing_s"], r["quota_ms"],
+          r["rss_peak_mib"], r["index_bytes_per_run"]] for r in rows])]
 
 
 def _flamegraph_targets(flame: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -317,6 +341,7 @@ def render(results: Mapping[str, Any]) -> str:
                           flamegraph_demo.rows(demo)))
     elif demo:
         out.append(f"\n7. Flame graph on the demo pod: skipped ({demo['skipped']})")
+    out += _store_table(results.get("results-store") or {})
     rows = results.get("targets") or []
     if rows:
         out.append("\nTargets")

@@ -352,6 +352,63 @@ def test_readers_see_only_what_rbac_lets_them_read(lite_cluster: Cluster, servic
     wait_until(sees, 30, "alice reads the run once RBAC allows it (answers cached 10 s)")
 
 
+def reader_pages(service: Service, path: str, token: str) -> list[list[str]]:
+    """Follow /api/runs's Link rel="next" from `path`: the run ids of each page."""
+    pages = []
+    while path:
+        request = urllib.request.Request(service.local + path)  # noqa: S310 - the test's URL
+        request.add_header("Authorization", f"Bearer {token}")
+        with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310
+            pages.append([run["id"] for run in json.loads(answer.read())])
+            link = answer.headers.get("Link") or ""
+        path = link[1:link.index(">")] if link else ""
+    return pages
+
+
+def test_readers_page_through_runs_of_the_namespaces_they_may_read(
+        lite_cluster: Cluster, service: Service) -> None:
+    """Runs stored by another process (an index shared through the volume) page through the
+    real service: pages chain newest first without repeats, filters hold across pages, a
+    reader pages only through the namespaces RBAC lets them read, bad input is a 400."""
+    from datetime import UTC, datetime, timedelta
+
+    from webhook.results.store import Store
+
+    mine, other = new_namespace(lite_cluster, "pages"), new_namespace(lite_cluster, "hidden")
+    store, start = Store(service.directory), datetime.now(UTC) - timedelta(days=2)
+    stored = [store.save(mine, f"web-{i % 3}", "perf" if i % 2 else "py-spy",
+                         {("main", f"f{i}"): i + 1}, started=start + timedelta(minutes=i)).id
+              for i in range(25)]
+    for i in range(5):
+        store.save(other, "db", "perf", {("main",): 1}, started=start + timedelta(minutes=i))
+    newest_first = list(reversed(stored))
+    admin, alice = lite_cluster.token_for("admin"), lite_cluster.token_for("alice")
+    pages = reader_pages(service, f"/api/runs?limit=10&namespace={mine}", admin)
+    assert [len(page) for page in pages] == [10, 10, 5]
+    assert [run for page in pages for run in page] == newest_first
+    perf = reader_pages(service, f"/api/runs?limit=4&namespace={mine}&technique=perf&pod=web-1",
+                        admin)
+    assert [run for page in perf for run in page] == [
+        run for run in newest_first if run.endswith("-perf") and "/web-1/" in run]
+
+    lite_cluster.kubectl("create", "rolebinding", "alice-pages", "-n", mine,
+                         f"--clusterrole={RELEASE}-sidecar-debug-results-reader", "--user=alice")
+
+    def alices() -> list[str] | None:
+        found = [run for page in reader_pages(service, "/api/runs?limit=7", alice)
+                 for run in page]
+        return found if set(newest_first) <= set(found) else None
+
+    seen = wait_until(alices, 30, "alice pages through her namespace's runs (SAR cached 10 s)")
+    assert not [run for run in seen if run.startswith(f"{other}/")]
+    status, body = reader_get(service, f"/api/runs?namespace={other}", alice)
+    assert status == 403 and "debugresults.sidecar-debug.io" in body
+    status, body = reader_get(service, "/api/runs?page=not-a-token", admin)
+    assert status == 400 and "page token" in json.loads(body)["error"]
+    status, body = reader_get(service, "/api/runs?limit=100000", admin, local=False)
+    assert status == 400 and "limit" in json.loads(body)["error"]
+
+
 def test_repeated_requests_always_show_the_same_runs(lite_cluster: Cluster,
                                                     service: Service) -> None:
     """One service, one store: no request lands on a replica with a store of its own (the

@@ -112,6 +112,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     listing = commands.add_parser("list", parents=[common], help="list stored runs")
     listing.add_argument("-n", "--namespace", help="only this namespace")
+    listing.add_argument("--pod", help="only this pod")
+    listing.add_argument("--technique", help="only this technique (perf, py-spy, ...)")
+    listing.add_argument("--since", metavar="TIME",
+                         help="only runs started at or after TIME (2026-12-01 or "
+                         "2026-12-01T10:00:00Z)")
+    listing.add_argument("--until", metavar="TIME", help="only runs started before TIME")
+    listing.add_argument("--limit", type=int, default=500, metavar="N",
+                         help="runs per page, newest first (default 500, at most 1000)")
+    listing.add_argument("--continue", dest="page", metavar="TOKEN",
+                         help="the next page: the token the page before printed")
     output.add_output(listing)
     listing.set_defaults(func=_list)
 
@@ -237,23 +247,43 @@ def _loopback(host: str) -> bool:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from webhook.results.store import Store
+    from webhook.results.index import Query, QueryError, parse_moment
+    from webhook.results.store import Store, StoreError, check_namespace, check_pod, check_technique
 
     if _no_directory(args):
         return 2
-
-    runs = Store(args.dir).runs(args.namespace)
+    try:
+        query = Query(
+            namespaces=[check_namespace(args.namespace)] if args.namespace else None,
+            pod=check_pod(args.pod) if args.pod else None,
+            technique=check_technique(args.technique) if args.technique else None,
+            since=parse_moment("--since", args.since) if args.since else None,
+            until=parse_moment("--until", args.until) if args.until else None,
+            limit=args.limit, cursor=args.page)
+        page = Store(args.dir).page(query)
+    except (QueryError, StoreError) as error:
+        print(f"sidecar-debug results list: {error}", file=sys.stderr)
+        return 2
+    runs = page.runs
     if args.output != "text":
-        output.emit(output.document("RunList", items=[{
+        # As a Kubernetes list: metadata.continue when there is a next page.
+        listed = output.document("RunList", items=[{
             "id": run.id, "namespace": run.namespace, "pod": run.pod, "run": run.name,
             "started": f"{run.started.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}",
             "technique": run.technique, "samples": run.samples,
             "failed": run.failed, "reason": run.reason, "message": run.message,
-        } for run in runs]), args.output)
+        } for run in runs])
+        if page.next:
+            listed["metadata"] = {"continue": page.next,
+                                  "remainingItemCount": page.remaining}
+        output.emit(listed, args.output)
         return 0
     for run in runs:
         print(f"{run.id}\tfailed ({run.reason}): {run.message}" if run.failed
               else f"{run.id}\t{run.samples} samples")
+    if page.next:
+        print(f"runs {page.first}-{page.first + len(runs) - 1} of {page.total}; the next "
+              f"page: --continue {page.next}", file=sys.stderr)
     return 0
 
 

@@ -42,6 +42,25 @@ NAMESPACE_BYTES = Gauge(
     ["namespace"],
     registry=REGISTRY,
 )
+NAMESPACE_RUNS = Gauge(
+    "sidecar_debug_results_namespace_runs",
+    "Runs of a namespace on the results volume (after its last push or the last retention "
+    "pass).",
+    ["namespace"],
+    registry=REGISTRY,
+)
+INDEX_REBUILDS = Gauge(
+    "sidecar_debug_results_index_rebuilds",
+    "Times the store's index was rebuilt from the runs since the service started (missing, "
+    "corrupt, another format version, or not writable: kept in memory).",
+    registry=REGISTRY,
+)
+RETENTION_SECONDS = Histogram(
+    "sidecar_debug_results_retention_duration_seconds",
+    "Time a retention pass took (runs removed, disk use per namespace summed).",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+    registry=REGISTRY,
+)
 PUSHES_REFUSED = Counter(
     "sidecar_debug_results_pushes_refused",
     "Pushes refused before their ticket was read, by reason (busy: no push slot free in the "

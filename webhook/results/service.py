@@ -469,48 +469,59 @@ class Service:
 
     def _keep_quota(self, stored: Run) -> None:
         """Under the write lock: the namespace's runs within its quota, the oldest removed
-        first (never the run just stored); its disk use in the metrics."""
+        first (never the run just stored); its disk use in the metrics. Reads the index's
+        rows of the namespace, no run."""
         namespace = stored.namespace
-        runs = sorted(self.store.runs(namespace), key=lambda run: (run.started, run.name))
-        sizes = {run.id: self.store.run_bytes(run) for run in runs}
-        used = sum(sizes.values())
-        for run in runs:
+        rows = self.store.index.namespace_runs(namespace)
+        used = sum(size for _, _, size in rows)
+        for run_id, started, size in rows:
             if self.quota is None or used <= self.quota:
                 break
-            if run.id == stored.id:
+            if run_id == stored.id:
                 continue
+            run = self.store.row_run(run_id, started)
             self.store.remove(run)
-            used -= sizes[run.id]
+            used -= size
             metrics.RUNS.labels(technique=run.technique, outcome="removed", reason="quota").inc()
             log.info("quota: removed %s (namespace %s holds %d bytes, its quota is %d)",
-                     run.id, namespace, used + sizes[run.id], self.quota)
-        self._set_namespace_bytes(namespace, used)
+                     run.id, namespace, used + size, self.quota)
+        self._set_namespace_usage(namespace, used, len(rows))
 
-    def _set_namespace_bytes(self, namespace: str, used: int) -> None:
+    def _set_namespace_usage(self, namespace: str, used: int, runs: int | None = None) -> None:
         self.namespace_bytes[namespace] = used
         metrics.NAMESPACE_BYTES.labels(namespace=namespace).set(used)
+        if runs is not None:
+            metrics.NAMESPACE_RUNS.labels(namespace=namespace).set(runs)
 
     # --- retention ------------------------------------------------------------------------
 
     def apply_retention(self) -> None:
+        """Runs past the retention removed, then the disk use per namespace in the metrics:
+        all from the index (after it looked for pods changed by hand), reading no run."""
+        began = time.monotonic()
         with self.write_lock:
             removed = self.store.prune(keep=self.retention.keep,
                                        max_age=self.retention.max_age, now=self.clock())
         for run in removed:
+            metrics.RUNS.labels(technique=run.technique, outcome="removed",
+                                reason="retention").inc()
             log.info("retention: removed %s", run.id)
-        runs = self.store.runs()
-        metrics.STORE_RUNS.set(len(runs))
-        by_namespace: dict[str, int] = {}
-        for run in runs:
-            by_namespace[run.namespace] = by_namespace.get(run.namespace, 0) + \
-                self.store.run_bytes(run)
-        metrics.STORE_BYTES.set(sum(by_namespace.values()))
+        self.report_usage()
+        metrics.RETENTION_SECONDS.observe(time.monotonic() - began)
+
+    def report_usage(self) -> None:
+        """Runs and bytes per namespace and in all (the index's sums) into the metrics."""
+        usage = self.store.index.usage()
+        metrics.STORE_RUNS.set(sum(runs for runs, _ in usage.values()))
+        metrics.STORE_BYTES.set(sum(size for _, size in usage.values()))
+        metrics.INDEX_REBUILDS.set(len(self.store.index.rebuilds))
         with self.write_lock:
-            for namespace in set(self.namespace_bytes) - set(by_namespace):
+            for namespace in set(self.namespace_bytes) - set(usage):
                 del self.namespace_bytes[namespace]
                 metrics.NAMESPACE_BYTES.remove(namespace)
-            for namespace, used in by_namespace.items():
-                self._set_namespace_bytes(namespace, used)
+                metrics.NAMESPACE_RUNS.remove(namespace)
+            for namespace, (runs, used) in usage.items():
+                self._set_namespace_usage(namespace, used, runs)
 
     def retention_loop(self) -> None:
         while not self.stopped.wait(RETENTION_SECONDS):
@@ -520,7 +531,12 @@ class Service:
                 log.error("retention failed: %s: %s", type(error).__name__, error)
 
     def start(self) -> None:
-        """The watches and the retention loop (in the serving process, after gunicorn forks)."""
+        """The watches and the retention loop (in the serving process, after gunicorn forks);
+        the index opened (rebuilt when lost) and the disk use reported at once."""
+        try:
+            self.report_usage()
+        except Exception as error:  # noqa: BLE001 - the retention loop tries again
+            log.error("results index: %s: %s", type(error).__name__, error)
         self.pods.start()
         self.namespaces.start()
         threading.Thread(target=self.retention_loop, name="retention", daemon=True).start()
@@ -543,7 +559,7 @@ def read_push_body() -> Any:
 
 def create_service_app(service: Service) -> Flask:
     """The results page (readers' tokens) and the agents' API (toolsets' tokens) on one app."""
-    app = create_app(service.store.root, access=service.auth)
+    app = create_app(service.store.root, access=service.auth, store=service.store)
     app.config["MAX_CONTENT_LENGTH"] = MAX_PUSH_BYTES
 
     @app.before_request

@@ -15,15 +15,22 @@ complete, so that a reader (the results page, mounted read-only) never sees half
 Names come from the Kubernetes API, but are still checked against what Kubernetes allows
 before they become paths. Retention: at most `keep` runs per pod (newest kept) and none older
 than `max_age`.
+
+Listing, the quota, retention and a restart read the index kept beside the runs
+(webhook.results.index, ROOT/.index/), not the runs: `page()` is a page of runs newest first,
+filtered; `runs()` still reads the whole tree (the index's rebuild, small local directories).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import secrets
 import shutil
+import sqlite3
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -32,6 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from webhook.results import folded
+from webhook.results.index import Page, Query, RunIndex
+
+log = logging.getLogger(__name__)
 
 FOLDED_NAME = "stacks.folded"
 META_NAME = "meta.json"
@@ -157,6 +167,14 @@ def check_technique(name: str) -> str:
     return name
 
 
+def valid_namespace(name: str) -> bool:
+    return bool(_DNS_LABEL.match(name))
+
+
+def valid_pod(name: str) -> bool:
+    return bool(_DNS_SUBDOMAIN.match(name))
+
+
 def utc(moment: datetime) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
@@ -166,6 +184,26 @@ class Store:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self._index: RunIndex | None = None
+        self._index_lock = threading.Lock()
+
+    @property
+    def index(self) -> RunIndex:
+        """The index beside the runs, opened (and rebuilt when lost) on first use."""
+        with self._index_lock:
+            if self._index is None:
+                self._index = RunIndex(self.root, self._scan_pod, self.run_bytes,
+                                       is_namespace=valid_namespace, is_pod=valid_pod)
+            return self._index
+
+    def _indexed(self, run: Run) -> Run:
+        """A run just stored or found, into the index; an index that cannot be written is
+        logged, the run kept (the pod's changed directory brings it in at the next refresh)."""
+        try:
+            self.index.add(run)
+        except (OSError, sqlite3.Error) as error:
+            log.error("results index: cannot add %s: %s", run.id, error)
+        return run
 
     # --- writing ----------------------------------------------------------------------------------
 
@@ -238,7 +276,8 @@ class Store:
                     if target.exists():
                         continue
                     raise
-                return Run(namespace, pod, name, started, technique, target, record)
+                return self._indexed(
+                    Run(namespace, pod, name, started, technique, target, record))
             raise StoreError(f"too many runs of {namespace}/{pod} at {stamp}")
         finally:
             if staging.exists():
@@ -257,39 +296,36 @@ class Store:
               now: datetime, dry_run: bool = False) -> list[Run]:
         """Remove runs beyond the newest `keep` of each pod and runs older than `max_age`;
         empty pod and namespace directories go too. Returns what was removed (with
-        `dry_run`: what would be, and nothing is)."""
+        `dry_run`: what would be, and nothing is). Reads the index, not the runs."""
         now = utc(now)
-        removed: list[Run] = []
-        by_pod: dict[tuple[str, str], list[Run]] = {}
-        for run in self.runs():
-            by_pod.setdefault((run.namespace, run.pod), []).append(run)
-        for runs in by_pod.values():
-            runs.sort(key=lambda run: (run.started, run.name), reverse=True)
-            for position, run in enumerate(runs):
-                too_many = keep is not None and position >= keep
-                too_old = max_age is not None and now - run.started > max_age
-                if too_many or too_old:
-                    if not dry_run:
-                        shutil.rmtree(run.path, ignore_errors=True)
-                    removed.append(run)
+        index = self.index
+        index.refresh()
+        expired = index.expired(keep, now - max_age if max_age is not None else None)
+        removed = [self.row_run(run_id, started) for run_id, started in expired]
         if dry_run:
             return removed
-        for namespace_dir in self._dirs(self.root):
-            for pod_dir in self._dirs(namespace_dir):
-                if not any(pod_dir.iterdir()):
-                    pod_dir.rmdir()
-            if not any(namespace_dir.iterdir()):
-                namespace_dir.rmdir()
+        for run in removed:
+            shutil.rmtree(run.path, ignore_errors=True)
+        self._remove_empty({(run.namespace, run.pod) for run in removed})
+        index.discard(run.id for run in removed)
         return removed
 
-    @staticmethod
-    def remove(run: Run) -> None:
+    def remove(self, run: Run) -> None:
         """Remove one run (the quota's oldest first); its empty pod directory goes too."""
         shutil.rmtree(run.path, ignore_errors=True)
+        self._remove_empty({(run.namespace, run.pod)})
         try:
-            run.path.parent.rmdir()
-        except OSError:
-            pass  # other runs of the pod are left
+            self.index.discard([run.id])
+        except (OSError, sqlite3.Error) as error:
+            log.error("results index: cannot remove %s: %s", run.id, error)
+
+    def _remove_empty(self, pods: set[tuple[str, str]]) -> None:
+        for namespace, pod in pods:
+            for directory in (self.root / namespace / pod, self.root / namespace):
+                try:
+                    directory.rmdir()  # only when empty
+                except OSError:
+                    break
 
     @staticmethod
     def run_bytes(run: Run) -> int:
@@ -312,8 +348,42 @@ class Store:
             if not entry.name.startswith(".") and entry.is_dir() and not entry.is_symlink():
                 yield entry
 
+    def page(self, query: Query) -> Page:
+        """A page of runs, newest first, filtered (webhook.results.index.Query), from the
+        index: each Run carries the meta.json fields a listing shows (LIST_KEYS); get() reads
+        the whole meta.json. QueryError on a bad filter or page token."""
+        try:
+            return self.index.page(query, self.row_run)
+        except sqlite3.DatabaseError as error:  # damaged while open: checked, rebuilt, again
+            log.error("results index: %s; opening it again", error)
+            with self._index_lock:
+                stale, self._index = self._index, None
+            if stale is not None:
+                stale.close()
+            return self.index.page(query, self.row_run)
+
+    def row_run(self, run_id: str, started: int, technique: str = "", samples: int = 0,
+                 meta: dict[str, Any] | None = None) -> Run:
+        namespace, pod, name = run_id.split("/")
+        if not technique:
+            match = _RUN_NAME.match(name)
+            technique = match.group(3) if match else ""
+        # One Path of the joined text (a page makes hundreds: pathlib's joins cost more than
+        # the index's query).
+        return Run(namespace, pod, name, datetime.fromtimestamp(started, UTC), technique,
+                   Path(f"{self.root}/{run_id}"), {**(meta or {}), "samples": samples})
+
+    def _scan_pod(self, namespace: str, pod: str) -> list[Run]:
+        found = []
+        for run_dir in self._dirs(self.root / namespace / pod):
+            run = self._load(namespace, pod, run_dir)
+            if run is not None:
+                found.append(run)
+        return found
+
     def runs(self, namespace: str | None = None, pod: str | None = None) -> list[Run]:
-        """Every complete run, newest first (optionally of one namespace or pod)."""
+        """Every complete run, newest first (optionally of one namespace or pod), read from
+        the tree (every meta.json: page() reads the index)."""
         found: list[Run] = []
         for namespace_dir in self._dirs(self.root):
             if namespace is not None and namespace_dir.name != namespace:

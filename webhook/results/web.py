@@ -19,13 +19,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlencode
 
 from flask import Flask, Response, abort, g, render_template_string, request
 
 from webhook import constants, render
 from webhook.results import folded, formats
 from webhook.results.auth import AuthError
-from webhook.results.store import Run, Store, StoreError, check_namespace
+from webhook.results.index import DEFAULT_PAGE, MAX_PAGE, Page, Query, QueryError, parse_moment
+from webhook.results.store import (
+    Run,
+    Store,
+    StoreError,
+    check_namespace,
+    check_pod,
+    check_technique,
+)
 
 # The list of runs and the error pages run no script; flame graph pages send their own policy.
 CSP = ("default-src 'none'; script-src 'none'; style-src 'self' 'unsafe-inline'; "
@@ -56,13 +65,25 @@ _LAYOUT = """<!doctype html>
 """
 
 _INDEX = """
+<form method="get" action="./" id="filters" class="bar">
+<label>namespace <input name="namespace" value="{{ filters.namespace }}" size="14"></label>
+<label>pod <input name="pod" value="{{ filters.pod }}" size="18"></label>
+<label>technique <input name="technique" value="{{ filters.technique }}" size="10"></label>
+<label>since <input name="since" value="{{ filters.since }}" size="18"
+ placeholder="2026-12-01"></label>
+<label>until <input name="until" value="{{ filters.until }}" size="18"></label>
+<button type="submit">filter</button>{% if filtered %} <a href="./">all runs</a>{% endif %}
+</form>
 {% if not groups %}
+{% if filtered %}<p id="empty">No run matches these filters.</p>{% else %}
 <p id="empty">No runs stored in <code>{{ root }}</code> yet. Runs appear here when a schedule
 (annotation <code>sidecar-debug.io/schedule</code>) or <code>sidecar-debug trap</code> stores
-one.</p>
+one.</p>{% endif %}
 {% else %}
 <form method="get" action="diff">
-<p class="bar">{{ count }} runs. Pick a <b>before</b> (A) and an <b>after</b> (B) run, then
+<p class="bar"><span id="count">{{ count }} runs</span>{% if count > shown %}, newest first:
+{{ first }}&ndash;{{ first + shown - 1 }} here{% endif %}. Pick a <b>before</b> (A) and an
+<b>after</b> (B) run, then
 <button type="submit" id="compare">differential flame graph</button></p>
 {% for (namespace, pod), runs in groups %}
 <h2 class="pod">{{ namespace }} / {{ pod }}</h2>
@@ -92,6 +113,8 @@ one.</p>
 {% endfor %}</table>
 {% endfor %}
 </form>
+{% if next_page %}<p class="bar"><a id="older" href="{{ next_page }}">older runs</a></p>
+{% endif %}
 {% endif %}
 """
 
@@ -129,11 +152,43 @@ class Access(Protocol):
 
 
 OPEN_PATHS = ("/healthz", "/agent/")  # no reader token (agents bring their own)
+# The list's query parameters (the page and /api/runs): filters, page size, page token.
+FILTERS = ("namespace", "pod", "technique", "since", "until")
+LIST_PARAMETERS = (*FILTERS, "limit", "page")
 
 
-def create_app(root: Path, access: Access | None = None) -> Flask:
+def list_query(args: Any, namespaces: list[str] | None) -> Query:
+    """The list's filters and page from the request's query parameters; QueryError (a 400)
+    with the reason for anything it cannot use."""
+    unknown = sorted(set(args) - set(LIST_PARAMETERS))
+    if unknown:
+        raise QueryError(f"unknown parameter {unknown[0][:40]!r}: the list takes "
+                         f"{', '.join(LIST_PARAMETERS)}")
+    for name in LIST_PARAMETERS:
+        if len(args.getlist(name)) > 1:
+            raise QueryError(f"{name}: given more than once")
+    try:
+        pod = check_pod(args["pod"]) if args.get("pod") else None
+        technique = check_technique(args["technique"]) if args.get("technique") else None
+    except StoreError as error:
+        raise QueryError(str(error)) from None
+    limit_text = args.get("limit") or str(DEFAULT_PAGE)
+    if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_PAGE:
+        raise QueryError(f"limit: {limit_text[:20]!r} is not a number of runs from 1 to "
+                         f"{MAX_PAGE}")
+    since = parse_moment("since", args["since"]) if args.get("since") else None
+    until = parse_moment("until", args["until"]) if args.get("until") else None
+    if since and until and since >= until:
+        raise QueryError("since: the time range is empty (since is not before until)")
+    return Query(namespaces=namespaces, pod=pod, technique=technique, since=since,
+                 until=until, limit=int(limit_text), cursor=args.get("page") or None)
+
+
+def create_app(root: Path, access: Access | None = None, store: Store | None = None) -> Flask:
+    """The page over the runs in `root` (`store`: the results service's own, whose index it
+    keeps in step as it stores)."""
     app = Flask(__name__, static_folder=None)
-    store = Store(root)
+    store = store or Store(root)
 
     @app.before_request
     def authenticate() -> None:
@@ -155,14 +210,56 @@ def create_app(root: Path, access: Access | None = None) -> Flask:
                 abort(refused.status, description=refused.message)
         return allowed[namespace]
 
-    def readable_runs() -> list[Run]:
-        return [run for run in store.runs() if visible(run.namespace)]
+    def forbidden(namespace: str) -> None:
+        abort(403, description=f"you may not read the runs of namespace {namespace}: that "
+              f"needs `{constants.RESULTS_READ_VERB}` on {constants.RESULTS_READ_RESOURCE}."
+              f"{constants.RBAC_GROUP} there (e.g. the view role, or the chart's "
+              "results-reader ClusterRole bound in that namespace)")
+
+    def readable_page() -> Page:
+        """The page of runs the request asks for, of the namespaces the reader may read;
+        400 with the reason for a bad filter or page token, 403 for a namespace filter the
+        reader may not read."""
+        wanted = request.args.get("namespace")
+        try:
+            if wanted:
+                check_namespace(wanted)
+        except StoreError as error:
+            abort(400, description=str(error))
+        if wanted and not visible(wanted):
+            forbidden(wanted)
+        try:
+            namespaces: list[str] | None = [wanted] if wanted else None
+            if not wanted and access is not None:
+                every = store.index.namespaces()
+                namespaces = [ns for ns in every if visible(ns)]
+                if len(namespaces) == len(every):
+                    namespaces = None  # all of them: no filter (the newest-first index alone)
+            query = list_query(request.args, namespaces)
+            return store.page(query)
+        except QueryError as error:
+            app.logger.info("list refused: %s", error)
+            abort(400, description=str(error))
+
+    def next_link(page: Page) -> str | None:
+        if page.next is None:
+            return None
+        kept = {name: request.args[name] for name in (*FILTERS, "limit")
+                if request.args.get(name)}
+        return "?" + urlencode({**kept, "page": page.next})
+
+    compiled: dict[str, Any] = {}  # templates compiled once (not on every request)
+
+    def template(text: str) -> Any:
+        if text not in compiled:
+            compiled[text] = app.jinja_env.from_string(text)
+        return compiled[text]
 
     def page(title: str, body: str, *, subtitle: str = "", depth: int = 0, **extra: Any) -> str:
         home = "../" * depth or "./"
-        inner = render_template_string(body, **extra)
-        return render_template_string(
-            _LAYOUT, title=title, subtitle=subtitle, body=inner, style=_STYLE, home=home)
+        inner = template(body).render(**extra)
+        return str(template(_LAYOUT).render(
+            title=title, subtitle=subtitle, body=inner, style=_STYLE, home=home))
 
     def graph(profile: render.Profile, home: str) -> Response:
         """A flame graph page from the one renderer; its own policy (the hashes of its inline
@@ -179,10 +276,7 @@ def create_app(root: Path, access: Access | None = None) -> Flask:
         except StoreError as error:
             abort(404, description=str(error))
         if not visible(namespace):
-            abort(403, description=f"you may not read the runs of namespace {namespace}: that "
-                  f"needs `{constants.RESULTS_READ_VERB}` on {constants.RESULTS_READ_RESOURCE}."
-                  f"{constants.RBAC_GROUP} there (e.g. the view role, or the chart's "
-                  "results-reader ClusterRole bound in that namespace)")
+            forbidden(namespace)
         try:
             return store.get(run_id)
         except StoreError as error:
@@ -236,23 +330,36 @@ def create_app(root: Path, access: Access | None = None) -> Flask:
 
     @app.get("/")
     def index() -> str:
-        runs = readable_runs()
+        """A page of runs (newest first, DEFAULT_PAGE of them), grouped by pod, filtered."""
+        listed = readable_page()
+        runs = listed.runs
         groups: dict[tuple[str, str], list[Run]] = {}
         for run in sorted(runs, key=lambda r: (r.namespace, r.pod)):
             groups.setdefault((run.namespace, run.pod), []).append(run)
         for members in groups.values():
             members.sort(key=lambda r: (r.started, r.name), reverse=True)
-        return page("runs", _INDEX, groups=list(groups.items()), count=len(runs),
+        filters = {name: request.args.get(name, "") for name in FILTERS}
+        return page("runs", _INDEX, groups=list(groups.items()), count=listed.total,
+                    shown=len(runs), first=listed.first, next_page=next_link(listed),
+                    filters=filters, filtered=any(filters.values()),
                     root=str(root), hottest=_hottest, seconds=_seconds)
 
     @app.get("/api/runs")
     def api_runs() -> Response:
+        """A page of runs as a JSON list, newest first; the next page's URL in the Link
+        header (rel="next"), the number of runs matching the filters in X-Total-Count."""
+        listed = readable_page()
         data = [{"id": run.id, "namespace": run.namespace, "pod": run.pod,
                  "technique": run.technique, "started": run.started.isoformat(),
                  "samples": run.samples, "outcome": "failed" if run.failed else "stored",
                  **({"reason": run.reason, "message": run.message} if run.failed else {})}
-                for run in readable_runs()]
-        return Response(json.dumps(data), mimetype="application/json")
+                for run in listed.runs]
+        response = Response(json.dumps(data), mimetype="application/json")
+        link = next_link(listed)
+        if link:
+            response.headers["Link"] = f'<{request.path}{link}>; rel="next"'
+        response.headers["X-Total-Count"] = str(listed.total)
+        return response
 
     @app.get("/runs/<namespace>/<pod>/<name>/")
     def view(namespace: str, pod: str, name: str) -> Response:

@@ -44,16 +44,20 @@ def test_index_lists_runs_by_namespace_and_pod(client: FlaskClient) -> None:
 
 def test_index_fills_every_column_when_meta_json_is_short(tmp_path: Path) -> None:
     """A run whose meta.json has no count, no hottest functions and the toolset's `seconds`
-    (not the store's `duration`), and one with no meta.json at all: the columns come from the
-    stacks and the recording, never 0 samples or an empty cell."""
+    (not the store's `duration`), and one with no meta.json at all (both copied in by hand):
+    the columns come from the stacks and the recording, never 0 samples or an empty cell."""
     import json
 
+    short_dir = tmp_path / "shop" / "web-1" / "20261203T070000Z-perf"
+    short_dir.mkdir(parents=True)
+    (short_dir / "stacks.folded").write_text("main;fib 30\nmain;gc 10\n")
+    (short_dir / "meta.json").write_text(json.dumps({"seconds": 12.5}))
+    bare_dir = tmp_path / "shop" / "web-2" / "20261203T070000Z-perf"
+    bare_dir.mkdir(parents=True)
+    (bare_dir / "stacks.folded").write_text("main;io 7\n")
     store = Store(tmp_path)
-    short = store.save("shop", "web-1", "perf", folded.parse("main;fib 30\nmain;gc 10\n"),
-                       started=T0)
-    (short.path / "meta.json").write_text(json.dumps({"seconds": 12.5}))
-    bare = store.save("shop", "web-2", "perf", folded.parse("main;io 7\n"), started=T0)
-    (bare.path / "meta.json").unlink()
+    short = store.get(f"shop/web-1/{short_dir.name}")
+    bare = store.get(f"shop/web-2/{bare_dir.name}")
     html = create_app(tmp_path).test_client().get("/").get_data(as_text=True)
     cells = re.findall(r'<tr class="run" data-run="([^"]+)">.*?<td>perf</td>'
                        r'<td class="num">([^<]*)</td>\s*<td class="num">([^<]*)</td>\s*'
