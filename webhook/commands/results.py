@@ -331,7 +331,7 @@ def _service(args: argparse.Namespace) -> int:
         return 2
     reviewer = ReviewAPI(args.kubeconfig, args.context)
     gate = load_policy_engine(settings, reviewer)
-    pods, namespaces = cluster_mirrors(api_client(args.kubeconfig, args.context))
+    pods, namespaces = cluster_mirrors(api_client(args.kubeconfig, args.context), settings)
     service = Service(args.dir, Authenticator(reviewer, args.audience),
                       Planner(settings, gate, args.dir, max_concurrent=args.max_concurrent_runs),
                       pods, namespaces, Retention.from_environment(os.environ),
