@@ -6,11 +6,12 @@ namespace schedule (every minute, 5 s, at most 2 pods), 2 % of the pods a pod sc
 own. They stay Pending (the lite cluster has no node): the service plans from the API objects.
 Each pod gets a real token bound to it (TokenRequest with the service's audience, the pod as the
 bound object), and a load generator runs one agent per pod with the toolset's own HTTP client
-(toolset/bin/results-agent `Client`: one kept-alive TLS connection per pod, re-opened when the
-service closes it, as in the pod): a plan request, then the wait its `pollSeconds` says (once a
-minute for a pod with nothing due, just after the next due minute for a scheduled one), the
-first polls spread over a minute; for every run handed out a push of folded stacks after the
-run's seconds, then the wait, as `Agent.once` does.
+(toolset/bin/results-agent `Client`: a kept-alive TLS connection while calls follow each
+other, closed before a wait over 30 s, re-opened when the service closes it, as in the pod): a
+plan request, then the wait its `pollSeconds` says (once a minute for a pod with nothing due,
+just after the next due minute for a scheduled one), the first polls spread over a minute; for
+every run handed out a push of folded stacks after the run's seconds, then the wait, as
+`Agent.once` does.
 
 Per N it reports the service's CPU (its gunicorn master and worker, from /proc) and memory
 (RSS), plan latency p50/p99 as the agents see it (TLS handshake included) and as the service
@@ -44,6 +45,7 @@ POD_SCHEDULE = {"cron": "* * * * *", "duration": "5s"}
 FOLDED = "node;main;uv_run;fibonacci 480\nnode;main;uv_run;epoll_wait 15\nnode;main 5\n"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 DEFAULT_POLL = 20.0  # the agent's own interval when a plan says none (results-agent)
+KEEP_OPEN_SECONDS = 30.0  # results-agent keeps its connection for a next call within this
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -137,7 +139,12 @@ class Agents:
             item = dict(runs[0], wait=wait)
             self._at(time.monotonic() + float(item.get("seconds", 5)), index, "push", item)
         else:
-            self._at(time.monotonic() + wait, index, "plan", None)
+            self._wait(index, wait)
+
+    def _wait(self, index: int, wait: float) -> None:
+        if wait > KEEP_OPEN_SECONDS:  # closed before a long wait, as Agent.run does
+            self.clients[index].close()
+        self._at(time.monotonic() + wait, index, "plan", None)
 
     def _push(self, index: int, item: dict[str, Any]) -> None:
         body = {"ticket": item["ticket"], "format": "folded", "stacks": FOLDED,
@@ -149,7 +156,7 @@ class Agents:
         with self.lock:
             self.pushes[status] = self.pushes.get(status, 0) + 1
             self.push_times.append(time.monotonic())
-        self._at(time.monotonic() + float(item["wait"]), index, "plan", None)
+        self._wait(index, float(item["wait"]))
 
     def run(self) -> None:
         while not self.stop.is_set():

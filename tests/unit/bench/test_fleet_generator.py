@@ -1,6 +1,7 @@
 """The fleet bench's load generator asks as results-agent does: after a plan, the wait its
 pollSeconds says (5-600 s, else the agent's 20 s); after a plan with a run, the run's seconds,
-the push, and only then the wait (Agent.once), never a plan right after the push."""
+the push, and only then the wait (Agent.once), never a plan right after the push; its
+connection closed before a wait over 30 s only, as Agent.run does."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ class FakeClient:
     def __init__(self, answers: list[tuple[int, Any]]) -> None:
         self.answers = answers
         self.calls: list[tuple[str, str]] = []
+
+    def close(self) -> None:
+        self.calls.append(("CLOSE", ""))
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         self.calls.append((method, path))
@@ -46,5 +50,9 @@ def test_the_generator_waits_as_the_agent_does() -> None:
     agents._push(1, item)
     when, kind = next_due(agents, 1)
     assert kind == "plan" and abs(when - pushed - 42) < 1  # the plan's wait, after the push
-    assert clients[1].calls == [("GET", "/agent/v1/plan"), ("POST", "/agent/v1/runs")]
+    # The connection kept from the plan to the push, closed before the long wait only.
+    assert clients[1].calls == [("GET", "/agent/v1/plan"), ("POST", "/agent/v1/runs"),
+                                ("CLOSE", "")]
+    assert clients[0].calls == [("GET", "/agent/v1/plan"), ("CLOSE", "")]
+    assert clients[3].calls == [("GET", "/agent/v1/plan")]  # 20 s: kept
     agents.pool.shutdown()

@@ -254,3 +254,27 @@ def test_the_service_certificate_is_verified_on_every_connection(
         assert client.connection is None
     finally:
         service.stop()
+
+
+@pytest.mark.parametrize(("wait", "closed"), [(60.0, True), (20.0, False), (5.0, False)])
+def test_the_connection_is_closed_before_a_long_wait_only(agent: ModuleType, wait: float,
+                                                          closed: bool) -> None:
+    # A pod with nothing due asks once a minute: the service should not hold an idle TLS
+    # connection for it meanwhile; a pod that asks again soon keeps its connection.
+    class Recorder:
+        url = "https://results"
+        closes = 0
+
+        def close(self) -> None:
+            self.closes += 1
+
+    client = Recorder()
+    subject = agent.Agent(client, 20.0)
+
+    def once() -> float:
+        subject.stop.set()
+        return wait
+
+    subject.once = once
+    assert subject.run() == 0
+    assert client.closes == (1 if closed else 0)
