@@ -195,10 +195,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 threads=args.threads, log=_log)
         if "fleet" in sections and cluster is not None:
             from bench import fleet
+            from webhook.results.planner import IDLE_POLL_SECONDS
 
+            # The agents' first polls spread over the longest wait a plan asks for.
             results["fleet"] = fleet.fleet(
                 cluster, workdir, [int(n) for n in args.fleet_pods.split(",")],
-                steady_seconds=args.fleet_seconds, poll=20.0, log=_log)
+                steady_seconds=args.fleet_seconds, poll=float(IDLE_POLL_SECONDS), log=_log)
             save()
         if "render" in sections:
             from bench import render

@@ -6,10 +6,12 @@ namespace schedule (every minute, 5 s, at most 2 pods), 2 % of the pods a pod sc
 own. They stay Pending (the lite cluster has no node): the service plans from the API objects.
 Each pod gets a real token bound to it (TokenRequest with the service's audience, the pod as the
 bound object), and a load generator runs one agent per pod with the toolset's own HTTP client
-(toolset/bin/results-agent `Client`: a new TLS connection per call, as in the pod): a plan
-request every `pollSeconds` the service answers (20 s), each phase spread over the interval,
-and for every run handed out a push of folded stacks after the run's seconds, as `Agent.once`
-does.
+(toolset/bin/results-agent `Client`: a kept-alive TLS connection while calls follow each
+other, closed before a wait over 30 s, re-opened when the service closes it, as in the pod): a
+plan request, then the wait its `pollSeconds` says (once a minute for a pod with nothing due,
+just after the next due minute for a scheduled one), the first polls spread over a minute; for
+every run handed out a push of folded stacks after the run's seconds, then the wait, as
+`Agent.once` does.
 
 Per N it reports the service's CPU (its gunicorn master and worker, from /proc) and memory
 (RSS), plan latency p50/p99 as the agents see it (TLS handshake included) and as the service
@@ -42,6 +44,8 @@ NAMESPACE_SCHEDULE = {"cron": "* * * * *", "duration": "5s", "maxPods": 2,
 POD_SCHEDULE = {"cron": "* * * * *", "duration": "5s"}
 FOLDED = "node;main;uv_run;fibonacci 480\nnode;main;uv_run;epoll_wait 15\nnode;main 5\n"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+DEFAULT_POLL = 20.0  # the agent's own interval when a plan says none (results-agent)
+KEEP_OPEN_SECONDS = 30.0  # results-agent keeps its connection for a next call within this
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -106,6 +110,7 @@ class Agents:
         self.latencies: list[tuple[float, float]] = []  # (when, seconds) of plan calls
         self.codes: dict[int, int] = {}
         self.pushes: dict[int, int] = {}
+        self.push_times: list[float] = []
         self.stop = threading.Event()
         start = time.monotonic()
         for index in range(len(clients)):
@@ -127,13 +132,19 @@ class Agents:
             self.latencies.append((began, took))
             self.codes[status] = self.codes.get(status, 0) + 1
         wait = answer.get("pollSeconds") if isinstance(answer, dict) else None
-        wait = float(wait) if isinstance(wait, int | float) and 5 <= wait <= 600 else self.poll
+        wait = float(wait) if status == 200 and isinstance(wait, int | float) and \
+            5 <= wait <= 600 else DEFAULT_POLL
         runs = answer.get("runs") if status == 200 and isinstance(answer, dict) else None
-        if runs:
-            item = runs[0]
+        if runs:  # recorded (its seconds), pushed, then the wait (Agent.once)
+            item = dict(runs[0], wait=wait)
             self._at(time.monotonic() + float(item.get("seconds", 5)), index, "push", item)
         else:
-            self._at(began + wait, index, "plan", None)
+            self._wait(index, wait)
+
+    def _wait(self, index: int, wait: float) -> None:
+        if wait > KEEP_OPEN_SECONDS:  # closed before a long wait, as Agent.run does
+            self.clients[index].close()
+        self._at(time.monotonic() + wait, index, "plan", None)
 
     def _push(self, index: int, item: dict[str, Any]) -> None:
         body = {"ticket": item["ticket"], "format": "folded", "stacks": FOLDED,
@@ -144,7 +155,8 @@ class Agents:
             status = 0
         with self.lock:
             self.pushes[status] = self.pushes.get(status, 0) + 1
-        self._at(time.monotonic(), index, "plan", None)
+            self.push_times.append(time.monotonic())
+        self._wait(index, float(item["wait"]))
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -164,6 +176,14 @@ class Agents:
     def window(self, since: float, until: float) -> list[float]:
         with self.lock:
             return [took for when, took in self.latencies if since <= when < until]
+
+    def pushed(self, since: float, until: float) -> int:
+        with self.lock:
+            return sum(1 for when in self.push_times if since <= when < until)
+
+    def connections(self) -> int:
+        """TLS connections the agents opened so far (handshakes the service did)."""
+        return sum(int(getattr(client, "connections", 0)) for client in self.clients)
 
 
 def _percentile(values: list[float], share: float) -> float | None:
@@ -280,19 +300,28 @@ def measure(cluster: Any, workdir: Path, size: int, *, steady_seconds: float, po
                 cpu, api_cpu = _cpu_seconds(pid), _cpu_seconds(apiserver)
                 reviews = _apiserver_counts(cluster)
                 own = _service_latency(service)
+                opened = agents.connections()
                 time.sleep(seconds)
                 elapsed = time.monotonic() - start
                 after = _apiserver_counts(cluster)
                 own_after = _service_latency(service)
                 latencies = agents.window(start, start + elapsed - 2)
+                cpu_spent = _cpu_seconds(pid) - cpu
+                requests = len(agents.window(start, start + elapsed)) + \
+                    agents.pushed(start, start + elapsed)
                 mean_own = ((own_after[0] - own[0]) / (own_after[1] - own[1])
                             if own_after[1] > own[1] else None)
                 result[phase] = {
                     "seconds": round(elapsed, 1),
-                    "service_cores": round((_cpu_seconds(pid) - cpu) / elapsed, 3),
+                    "service_cores": round(cpu_spent / elapsed, 3),
+                    "service_cpu_ms_per_request": round(cpu_spent * 1000 / requests, 2)
+                    if requests else None,
+                    "load_average": [round(x, 2) for x in os.getloadavg()],
+                    "tls_connections_opened": agents.connections() - opened,
                     "service_rss_mib": round(_rss_mib(pid), 1),
                     "apiserver_cores": round((_cpu_seconds(apiserver) - api_cpu) / elapsed, 3),
                     "plans": len(latencies),
+                    "pushes": agents.pushed(start, start + elapsed),
                     "plans_per_second": round(len(latencies) / elapsed, 1),
                     "plan_p50_ms": _ms(_percentile(latencies, 0.5)),
                     "plan_p99_ms": _ms(_percentile(latencies, 0.99)),
@@ -308,6 +337,8 @@ def measure(cluster: Any, workdir: Path, size: int, *, steady_seconds: float, po
         result["pushes"] = {str(k): v for k, v in sorted(agents.pushes.items())}
         result["mean_plan_ms"] = _ms(statistics.fmean([t for _, t in agents.latencies])
                                      if agents.latencies else None)
+        for client in clients:
+            client.close()
     _cleanup(cluster, run_id)
     return result
 

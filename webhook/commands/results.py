@@ -14,6 +14,11 @@ from webhook.commands import output
 from webhook.policy.model import parse_duration
 
 _DURATION = re.compile(r"^([0-9]+[dhms])+$")
+# The results service's connections: each toolset keeps one open between its polls (idle for
+# at most the planner's IDLE_POLL_SECONDS, closed AGENT_KEEPALIVE_MARGIN s after that), so the
+# service holds one per pod of the fleet: 20,000 file descriptors, and a few KiB each.
+AGENT_KEEPALIVE_MARGIN = 15
+AGENT_CONNECTIONS = 20_000
 
 
 def duration(text: str) -> timedelta:
@@ -361,7 +366,7 @@ def _service(args: argparse.Namespace) -> int:
     reviewer = ReviewAPI(args.kubeconfig, args.context)
     gate = load_policy_engine(settings, reviewer)
     cluster = api_client(args.kubeconfig, args.context)
-    pods, namespaces = cluster_mirrors(cluster)
+    pods, namespaces = cluster_mirrors(cluster, settings)
     # Failed recordings: Events on their pods (the pod's name says which replica posted).
     notifier = Notifier(ClientApi(cluster), identity=os.environ.get("HOSTNAME", "results"))
     service = Service(args.dir, Authenticator(reviewer, args.audience),
@@ -386,7 +391,14 @@ def _service(args: argparse.Namespace) -> int:
     print(f"results service on https://{args.host}:{args.port}/ (runs in {args.dir}"
           + (f"; port-forward: 127.0.0.1:{args.local_port}" if args.local_port else "") + ")",
           file=sys.stderr, flush=True)
+    # Agents keep their connection open between polls (one TLS handshake per pod, not per
+    # poll): it stays open a little longer than the longest wait a plan asks for, and the
+    # worker's event loop holds one per pod of the fleet.
+    from webhook.results.planner import IDLE_POLL_SECONDS
+
     serve_wsgi(app, args.host, args.port, threads=8,
+               keepalive=IDLE_POLL_SECONDS + AGENT_KEEPALIVE_MARGIN,
+               max_connections=AGENT_CONNECTIONS,
                tls=(args.tls_cert_file, args.tls_key_file),
                plain_bind=f"127.0.0.1:{args.local_port}" if args.local_port else None,
                post_worker_init=start)

@@ -3,9 +3,10 @@ framework): the results service plans from these, so a toolset's plan request co
 call, and every answer comes from one consistent view.
 
 Each object is kept slim (what planning reads: names, labels, our annotations, the service
-account, containers' names, images, env and mounts, the phase). A watch that ends is resumed
-from the last resourceVersion; one that is too old (410 Gone) or fails starts again from a full
-list. `ready` is set after the first list of both.
+account, containers' names and images, the phase; a wired pod's toolset verified once when it
+is mirrored, instead of its whole spec; other pods' containers' env and mounts). A watch that
+ends is resumed from the last resourceVersion; one that is too old (410 Gone) or fails starts
+again from a full list. `ready` is set after the first list of both.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from webhook import constants
+from webhook.config import Settings
 from webhook.results import metrics
+from webhook.schedules import plan as plans
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +37,13 @@ def _slim_container(container: Any) -> dict[str, Any] | None:
             if key in container}
 
 
-def slim(obj: Mapping[str, Any]) -> dict[str, Any]:
+def slim(obj: Mapping[str, Any], settings: Settings | None = None) -> dict[str, Any]:
     """What planning needs of a pod or namespace. A pod the webhook wired for results (its
-    label) keeps its whole spec: the guard's verification of its toolset compares every field;
-    other pods cannot push and keep names, labels and phase."""
+    label) is verified here, once per version (webhook.schedules.plan.with_verified_toolset:
+    the guard's rebuild-and-compare needs its whole spec), and keeps the answer, its service
+    account and its containers' names and images: about 1 KiB instead of the 20 KiB of its
+    spec. Without `settings` (tests) it keeps its whole spec instead. Other pods cannot push
+    and keep names, labels, their containers' names, images, env and mounts, and phase."""
     metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     assert isinstance(metadata, dict)  # noqa: S101 - for the type checker
     annotations = metadata.get("annotations")
@@ -51,7 +57,15 @@ def slim(obj: Mapping[str, Any]) -> dict[str, Any]:
     labels = metadata.get("labels")
     wired = isinstance(labels, dict) and labels.get(constants.LABEL_RESULTS_AGENT) == \
         constants.LABEL_RESULTS_AGENT_VALUE
-    if wired and isinstance(spec, dict):
+    if wired and isinstance(spec, dict) and settings is not None:
+        plans.with_verified_toolset(obj, settings, result)
+        result["spec"] = {
+            "serviceAccountName": spec.get("serviceAccountName"),
+            **{kind: [{k: c[k] for k in ("name", "image") if k in c}
+                      for c in spec.get(kind) or [] if isinstance(c, dict)]
+               for kind in ("containers", "initContainers") if isinstance(spec.get(kind), list)},
+        }
+    elif wired and isinstance(spec, dict):
         result["spec"] = dict(spec)
     elif isinstance(spec, dict) and "containers" in spec:
         result["spec"] = {
@@ -78,10 +92,13 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
 class Mirror:
     """One resource kind (pods or namespaces), cluster-wide."""
 
-    def __init__(self, resource: str, lister: Callable[..., Any]) -> None:
+    def __init__(self, resource: str, lister: Callable[..., Any],
+                 settings: Settings | None = None) -> None:
         """`lister(**kwargs)` is the client's list call (list_pod_for_all_namespaces or
-        list_namespace), used both to list and, with watch=True, to watch."""
+        list_namespace), used both to list and, with watch=True, to watch; `settings` verify
+        each wired pod's toolset as it is mirrored (slim)."""
         self.resource = resource
+        self.settings = settings
         self.lister = lister
         self.lock = threading.Lock()
         self.items: dict[tuple[str, str], dict[str, Any]] = {}
@@ -118,7 +135,7 @@ class Mirror:
         items = {}
         for obj in document.get("items") or []:
             if isinstance(obj, dict):
-                items[_key(obj)] = slim(obj)
+                items[_key(obj)] = slim(obj, self.settings)
         with self.lock:
             gone = [obj for key, obj in self.items.items() if key not in items
                     or _uid(items[key]) != _uid(obj)]
@@ -153,7 +170,7 @@ class Mirror:
         gone: list[dict[str, Any]] = []
         with self.lock:
             if kind in ("ADDED", "MODIFIED"):
-                kept = slim(obj)
+                kept = slim(obj, self.settings)
                 replaced = self.items.get(_key(obj))
                 if replaced is not None and _uid(replaced) != _uid(kept):
                     gone.append(replaced)  # a DELETED this watch did not see
@@ -215,10 +232,11 @@ class Mirror:
         return self.ready.wait(max(0.0, deadline - time.monotonic()))
 
 
-def cluster_mirrors(api_client: Any) -> tuple[Mirror, Mirror]:
-    """(pods, namespaces) over a kubernetes.client.ApiClient."""
+def cluster_mirrors(api_client: Any, settings: Settings | None = None
+                    ) -> tuple[Mirror, Mirror]:
+    """(pods, namespaces) over a kubernetes.client.ApiClient; `settings`: see Mirror."""
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
-    return (Mirror("pods", core.list_pod_for_all_namespaces),
+    return (Mirror("pods", core.list_pod_for_all_namespaces, settings),
             Mirror("namespaces", core.list_namespace))

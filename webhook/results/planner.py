@@ -51,6 +51,17 @@ FORGET_AFTER = timedelta(days=2)  # state of a (schedule, pod) not seen for this
 MAX_REPORTED = 10_000
 SUSPEND_AFTER = 3  # failures of one schedule on one pod with the same reason
 _CODE_LIMIT = 40
+# How long an agent waits before it asks again (its `pollSeconds`, which it honours within
+# 5-600 s): a pod with nothing to record asks once a minute (a new schedule, or a pod newly
+# picked by a namespace schedule, is seen within that); a pod with a schedule asks again just
+# after the next minute its cron matches, SPREAD_SECONDS spread by pod so that a fleet's
+# scheduled pods do not all ask at second 0; a pod whose recording is due but waits (the
+# namespace has its runs in flight, or its previous run is still being recorded) asks again
+# in BUSY_POLL_SECONDS.
+IDLE_POLL_SECONDS = 60
+BUSY_POLL_SECONDS = 20
+MIN_POLL_SECONDS = 5
+SPREAD_SECONDS = 15
 
 
 class PlanError(Refused):
@@ -217,9 +228,31 @@ class Planner:
     def in_flight(self, namespace: str) -> int:
         return sum(1 for t in self.tickets.values() if t.namespace == namespace)
 
+    def poll_seconds(self, pod: Mapping[str, Any], schedules: Iterable[Schedule],
+                     issued: Iterable[Ticket], now: datetime) -> int:
+        """When the pod's agent should ask again (IDLE_POLL_SECONDS and the rule above),
+        given the schedules that apply to it and the tickets it was just handed (it records
+        those first, then waits: their duration is taken off)."""
+        now = now.astimezone(UTC)
+        uid = plans.uid_of(pod)
+        recording = max((t.duration for t in issued), default=0)
+        boundary = _minute(now) + timedelta(minutes=1)
+        spread = int(plans.digest(uid or plans.name_of(pod)), 16) % SPREAD_SECONDS
+        wait = float(IDLE_POLL_SECONDS)
+        with self.lock:
+            for schedule in schedules:
+                minute = plans.due_minute(schedule, now, self.last.get((schedule.key, uid)))
+                if minute is not None and (schedule.key, uid, minute) in self.deferred:
+                    wait = min(wait, BUSY_POLL_SECONDS)  # due, the namespace busy: soon again
+                elif schedule.cron.matches(boundary):
+                    wait = min(wait, (boundary - now).total_seconds() + spread - recording)
+        return int(min(max(wait, MIN_POLL_SECONDS), IDLE_POLL_SECONDS))
+
     def plan(self, pod: Mapping[str, Any], namespace: Mapping[str, Any] | None,
-             namespace_pods: Iterable[Mapping[str, Any]], now: datetime) -> list[Ticket]:
-        """The recordings this pod should start now (each a ticket it pushes its run with)."""
+             namespace_pods: Iterable[Mapping[str, Any]], now: datetime,
+             applied: list[Schedule] | None = None) -> list[Ticket]:
+        """The recordings this pod should start now (each a ticket it pushes its run with);
+        `applied`, when given, receives the schedules that apply to the pod (poll_seconds)."""
         now = now.astimezone(UTC)
         uid = plans.uid_of(pod)
         issued: list[Ticket] = []
@@ -229,6 +262,8 @@ class Planner:
                                                    self.settings)
             for problem in problems:
                 self._report(problem)
+            if applied is not None:
+                applied.extend(schedules)
             toolset = plans.toolset_of(pod, self.settings) if schedules else None
             changed = False
             for schedule in schedules:

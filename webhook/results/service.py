@@ -46,6 +46,7 @@ from webhook.results.reader import Read, Readers
 from webhook.results.store import Run, Store, StoreError
 from webhook.results.web import create_app
 from webhook.schedules import plan as plans
+from webhook.schedules.spec import Schedule
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,6 @@ DEFAULT_QUOTA = "25%"
 _QUOTA = re.compile(r"([0-9]{1,15})(%|[KMGT]i?)?")
 _UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
           "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
-POLL_SECONDS = 20  # how often an agent asks (it is told so in every plan)
 RETENTION_SECONDS = 300.0
 # What of an agent's metadata is kept (the toolset's meta.json: types checked, sizes capped;
 # all of it is data the app's text may have reached).
@@ -331,9 +331,14 @@ class Service:
     def plan(self) -> dict[str, Any]:
         identity, pod = self.agent_pod()
         namespace = self.namespaces.get("", identity.namespace)
+        now = self.clock()
+        applied: list[Schedule] = []
         tickets = self.planner.plan(pod, namespace, self.pods.in_namespace(identity.namespace),
-                                    self.clock())
-        return {"pod": f"{identity.namespace}/{identity.pod}", "pollSeconds": POLL_SECONDS,
+                                    now, applied)
+        # When to ask again (webhook.results.planner.poll_seconds): once a minute with nothing
+        # to record, just after the next due minute otherwise.
+        return {"pod": f"{identity.namespace}/{identity.pod}",
+                "pollSeconds": self.planner.poll_seconds(pod, applied, tickets, now),
                 "runs": [ticket.to_plan() for ticket in tickets]}
 
     def push(self, body: Any) -> tuple[dict[str, Any], int]:

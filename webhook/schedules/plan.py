@@ -180,6 +180,19 @@ def invalid(obj: Mapping[str, Any], kind: str, parsed: Parsed, text: str) -> Pro
 
 # --- the pod's toolset ------------------------------------------------------------------------
 
+# Where webhook.results.mirror keeps a pod's toolset as verified when the pod was mirrored
+# (its spec is then dropped): a key no API object has (the apiserver keeps only a Pod's own
+# fields), holding a 1-tuple (JSON has no tuples).
+VERIFIED_TOOLSET = "verifiedToolset"
+
+
+def with_verified_toolset(pod: Mapping[str, Any], settings: Settings,
+                          into: dict[str, Any]) -> dict[str, Any]:
+    """`into` (a slim copy of `pod`) with `pod`'s toolset verified now, for toolset_of."""
+    into[VERIFIED_TOOLSET] = (toolset_of(pod, settings),)
+    return into
+
+
 def toolset_of(pod: Mapping[str, Any], settings: Settings) -> Toolset | None:
     """The pod's injected toolset, as the guard verifies it (webhook.guard.toolset: rebuilt from
     the profile its env claims and compared with what the pod has; the status annotation and
@@ -187,7 +200,12 @@ def toolset_of(pod: Mapping[str, Any], settings: Settings) -> Toolset | None:
     granted and wrote into the container's env (immutable); what that profile can record comes
     from the installed profiles. Attached (ephemeral) toolsets are not planned for: they have
     no results token and end at their deadline. Only the configured toolset image verifies
-    here (not other images a policy's allowedImages admits)."""
+    here (not other images a policy's allowedImages admits). A mirrored pod carries the
+    answer, verified once per pod version (with_verified_toolset)."""
+    known = pod.get(VERIFIED_TOOLSET)
+    if isinstance(known, tuple) and len(known) == 1 and (
+            known[0] is None or isinstance(known[0], Toolset)):
+        return known[0]
     report = verify_toolsets(pod, settings)
     verified = next((t for t in report.toolsets if not t.attached), None)
     if verified is None:

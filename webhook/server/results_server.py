@@ -5,6 +5,7 @@ deadlines instead of holding one of a development server's threads for ever."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -43,7 +44,24 @@ class _Application(BaseApplication):  # type: ignore[misc]  # gunicorn ships no 
         return self.application
 
 
+def raise_open_files(wanted: int) -> int:
+    """Lift this process's soft limit of open files towards `wanted` (never above the hard
+    limit); the limit now in force."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft if soft != resource.RLIM_INFINITY else wanted
+
+
 def serve_wsgi(app: Any, host: str, port: int, threads: int = 4, *,
+               keepalive: int = 5, max_connections: int = 1000,
                tls: tuple[str, str] | None = None, plain_bind: str | None = None,
                post_worker_init: Callable[[Any], None] | None = None,
                on_listening: Callable[[list[str]], None] | None = None) -> None:
@@ -60,7 +78,8 @@ def serve_wsgi(app: Any, host: str, port: int, threads: int = 4, *,
         "threads": threads,
         "timeout": 30,
         "graceful_timeout": 10,
-        "keepalive": 5,
+        "keepalive": keepalive,
+        "worker_connections": max_connections,
         "accesslog": "-",
         "errorlog": "-",
         "logger_class": _QuietProbesLogger,
@@ -68,6 +87,11 @@ def serve_wsgi(app: Any, host: str, port: int, threads: int = 4, *,
         # The heartbeat file must not need a writable root filesystem.
         "worker_tmp_dir": "/dev/shm" if os.path.isdir("/dev/shm") else None,  # noqa: S108
     }
+    limit = raise_open_files(max_connections + 256)
+    if limit < max_connections + 256:
+        print(f"the open-files limit is {limit}: at most about {max(limit - 256, 0)} "
+              f"connections at once instead of {max_connections} (raise the container's "
+              "nofile limit)", file=sys.stderr, flush=True)
     if plain_bind:
         os.environ[PLAIN_BIND_ENV] = plain_bind
     if tls is not None:
