@@ -22,13 +22,14 @@ from urllib.parse import urlsplit
 ENV_EXPORT = "SIDECAR_DEBUG_EXPORT"
 SECRETS_ROOT = Path("/etc/sidecar-debug/export")
 SINKS = ("pyroscope", "parca", "otlp")
+OTLP_PROTOCOLS = ("http/protobuf", "grpc")
 # Prometheus' label names (Parca checks them); Pyroscope also allows '.', we do not need it.
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,62}$")
 _RESERVED = frozenset({"__name__", "namespace", "pod", "container", "technique", "schedule"})
 # OpenTelemetry attribute names (dots allowed); the ones we set from the run are not the sink's.
 _ATTRIBUTE_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_.]{0,62}$")
-_RESERVED_ATTRIBUTES = frozenset({"k8s.namespace.name", "k8s.pod.name", "k8s.container.name",
-                                  "service.name"})
+_RESERVED_ATTRIBUTES = frozenset({"k8s.namespace.name", "k8s.pod.name", "k8s.pod.uid",
+                                  "k8s.container.name", "service.name", "service.version"})
 # Pyroscope's application names: letters, digits, '_', '.', '-', '/' (its labelset.go).
 _APP_NAME = re.compile(r"^[a-zA-Z0-9_./-]{1,100}$")
 MAX_SECRET_FILE = 64 << 10
@@ -45,9 +46,10 @@ class CredentialsError(ValueError):
 
 @dataclass(frozen=True)
 class SinkSettings:
-    """One export sink: `kind` pyroscope or parca, its base `url`, the profile name (Pyroscope's
-    application name, Parca's __name__), static labels added to every run's, and the directory
-    of its mounted Secret (None: no credentials)."""
+    """One export sink: `kind` pyroscope, parca or otlp, its base `url`, the profile name
+    (Pyroscope's application name, Parca's __name__; OTLP's protocol, http/protobuf or grpc),
+    static labels (OTLP: resource attributes) added to every run's, and the directory of its
+    mounted Secret (None: no credentials)."""
 
     kind: str
     url: str
@@ -94,6 +96,18 @@ class SinkSettings:
         if tenant is not None:
             headers["X-Scope-OrgID"] = tenant
         return headers
+
+    def ca_pem(self) -> bytes | None:
+        """The Secret's `ca.crt` (None: the system's CAs), checked to be PEM certificates."""
+        ca = self._secret("ca.crt")
+        if ca is None:
+            return None
+        try:
+            ssl.create_default_context(cadata=ca)
+        except (ssl.SSLError, ValueError) as error:
+            raise CredentialsError(f"{self.secret_dir}/ca.crt: not a PEM certificate "
+                                   f"({error})") from error
+        return ca.encode()
 
     def tls_context(self) -> ssl.SSLContext | None:
         """For https: the system's CAs, or the Secret's `ca.crt` when it has one."""
@@ -188,10 +202,13 @@ def _sink(kind: str, raw: Any, timeout: float, secrets_root: Path,
              f"{where}.url", "the base URL only (no query, fragment or user: credentials go "
              "in existingSecret)")
     if kind == "otlp":
-        # OTLP/HTTP with binary protobuf; gRPC is not offered (see docs/exports.md).
+        # OTLP/HTTP with binary protobuf, or OTLP/gRPC (the scheme chooses TLS or plaintext).
         name = raw.get(name_key) or "http/protobuf"
-        _require(name == "http/protobuf", f"{where}.{name_key}",
-                 f"must be http/protobuf, got {name!r}")
+        _require(name in OTLP_PROTOCOLS, f"{where}.{name_key}",
+                 f"must be one of {list(OTLP_PROTOCOLS)}, got {name!r}")
+        _require(name != "grpc" or parts.path in ("", "/"), f"{where}.url",
+                 "a gRPC endpoint is host and port only (https://collector:4317 for TLS, "
+                 f"http://collector:4317 for plaintext), got the path {parts.path!r}")
     else:
         default_name = "sidecar-debug" if kind == "pyroscope" else "process_cpu"
         name = raw.get(name_key) or default_name

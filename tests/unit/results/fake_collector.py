@@ -1,0 +1,114 @@
+"""A local stand-in for an OpenTelemetry Collector's OTLP/gRPC receiver: a real gRPC server in
+the test process that serves the profiles service through the official bindings' own stubs
+(`profiles_service_pb2_grpc.add_ProfilesServiceServicer_to_server`, so the method path and the
+request's decoding are theirs, as the Collector's receiver registers the same service), records
+every request with its metadata, and answers from a script: a reply (with a partial success),
+a gRPC status, or silence for a while. Plaintext, or TLS with a certificate from a CA the test
+makes (webhook.certs.pki)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2_grpc
+from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import (
+    ExportProfilesPartialSuccess,
+    ExportProfilesServiceRequest,
+    ExportProfilesServiceResponse,
+)
+
+from webhook.certs import pki
+
+
+@dataclass
+class GrpcReceived:
+    metadata: dict[str, str]
+    body: bytes  # the request as received, serialized again for the shape checks
+
+
+@dataclass
+class Reply:
+    """`code` (None: OK) with `details`; an OK reply's partial success; `delay` seconds of
+    silence first."""
+
+    code: grpc.StatusCode | None = None
+    details: str = ""
+    rejected: int = 0
+    message: str = ""
+    delay: float = 0.0
+
+
+@dataclass
+class Tls:
+    ca: pki.KeyPair = field(default_factory=pki.generate_ca)
+    names: tuple[str, ...] = ("localhost", "127.0.0.1")
+
+    def __post_init__(self) -> None:
+        self.serving = pki.generate_serving(self.ca, list(self.names))
+
+
+class GrpcCollector:
+    """Answers from `script` in order, then `then` for every later request."""
+
+    def __init__(self, script: list[Reply] | None = None, then: Reply | None = None,
+                 tls: Tls | None = None) -> None:
+        self.script = list(script or [])
+        self.then = then or Reply()
+        self.received: list[GrpcReceived] = []
+        self.arrived = threading.Condition()
+        self.release = threading.Event()
+        self.tls = tls
+        collector = self
+
+        class Servicer(profiles_service_pb2_grpc.ProfilesServiceServicer):
+            def Export(self, request: ExportProfilesServiceRequest,  # noqa: N802
+                       context: Any) -> ExportProfilesServiceResponse:
+                with collector.arrived:
+                    collector.received.append(GrpcReceived(
+                        {key: str(value) for key, value in context.invocation_metadata()},
+                        request.SerializeToString()))
+                    reply = collector.script.pop(0) if collector.script else collector.then
+                    collector.arrived.notify_all()
+                if reply.delay:
+                    collector.release.wait(reply.delay)
+                if reply.code is not None:
+                    context.abort(reply.code, reply.details)
+                return ExportProfilesServiceResponse(partial_success=ExportProfilesPartialSuccess(
+                    rejected_profiles=reply.rejected, error_message=reply.message))
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        profiles_service_pb2_grpc.add_ProfilesServiceServicer_to_server(Servicer(), self.server)
+        if tls is None:
+            self.port = self.server.add_insecure_port("127.0.0.1:0")
+        else:
+            credentials = grpc.ssl_server_credentials(
+                [(tls.serving.key_pem, tls.serving.cert_pem)])
+            self.port = self.server.add_secure_port("127.0.0.1:0", credentials)
+
+    @property
+    def url(self) -> str:
+        if self.tls is None:
+            return f"http://127.0.0.1:{self.port}"
+        return f"https://localhost:{self.port}"
+
+    def __enter__(self) -> GrpcCollector:
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        self.server.stop(grace=None).wait(5)
+
+    def wait_for(self, count: int, timeout: float = 20.0) -> list[GrpcReceived]:
+        deadline = time.monotonic() + timeout
+        with self.arrived:
+            while len(self.received) < count:
+                left = deadline - time.monotonic()
+                assert left > 0, f"{len(self.received)} requests arrived, expected {count}"
+                self.arrived.wait(left)
+            return list(self.received)
