@@ -9,7 +9,6 @@ makes (webhook.certs.pki)."""
 from __future__ import annotations
 
 import threading
-import time
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,7 @@ from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 i
     ExportProfilesServiceResponse,
 )
 
+from tests.unit.results.fake_sinks import wait_for_requests
 from webhook.certs import pki
 
 
@@ -105,10 +105,4 @@ class GrpcCollector:
         self.server.stop(grace=None).wait(5)
 
     def wait_for(self, count: int, timeout: float = 20.0) -> list[GrpcReceived]:
-        deadline = time.monotonic() + timeout
-        with self.arrived:
-            while len(self.received) < count:
-                left = deadline - time.monotonic()
-                assert left > 0, f"{len(self.received)} requests arrived, expected {count}"
-                self.arrived.wait(left)
-            return list(self.received)
+        return wait_for_requests(self.arrived, self.received, count, timeout)

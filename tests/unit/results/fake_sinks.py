@@ -17,7 +17,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import parse_qs, urlsplit
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -97,13 +100,19 @@ class FakeSink:
         return f"http://{host!s}:{port}"
 
     def wait_for(self, count: int, timeout: float = 20.0) -> list[Received]:
-        deadline = time.monotonic() + timeout
-        with self.arrived:
-            while len(self.received) < count:
-                left = deadline - time.monotonic()
-                assert left > 0, f"{len(self.received)} requests arrived, expected {count}"
-                self.arrived.wait(left)
-            return list(self.received)
+        return wait_for_requests(self.arrived, self.received, count, timeout)
+
+
+def wait_for_requests(arrived: threading.Condition, received: list[T], count: int,
+                      timeout: float = 20.0) -> list[T]:
+    """A copy of `received` once it holds `count` requests (appended under `arrived`)."""
+    deadline = time.monotonic() + timeout
+    with arrived:
+        while len(received) < count:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{len(received)} requests arrived, expected {count}"
+            arrived.wait(left)
+        return list(received)
 
 
 @contextmanager

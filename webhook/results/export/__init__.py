@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -200,7 +201,11 @@ class Exporters:
             sink.put(run)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the threads; runs still queued are not exported."""
+        """Stop the threads and close gRPC channels; runs still queued are not exported."""
         for sink in self._sinks:
             sink.stop(timeout)
+        grpc_send = sys.modules.get("webhook.results.export.grpc_send")
+        if grpc_send is not None:  # loaded: some sink spoke gRPC
+            for sink in self._sinks:
+                grpc_send.close(sink.sink)
 

@@ -73,6 +73,15 @@ def _channel(sink: SinkSettings, target: str, secure: bool, ca: bytes | None) ->
         return made
 
 
+def close(sink: SinkSettings) -> None:
+    """Close this process's channel to the sink, if it made one."""
+    with _LOCK:
+        found = _CHANNELS.get((sink.kind, sink.url))
+        if found is not None and found.key[0] == os.getpid():
+            del _CHANNELS[(sink.kind, sink.url)]
+            found.channel.close()
+
+
 def target_of(url: str) -> tuple[str, bool]:
     """(host:port for grpc, TLS?) of the sink's URL (settings.py admits host and port only);
     no port: 443 for https, 80 for http, as the chart's NetworkPolicy opens."""
