@@ -8,9 +8,11 @@ makes (webhook.certs.pki)."""
 
 from __future__ import annotations
 
+import ssl
 import threading
 from concurrent import futures
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -21,6 +23,7 @@ from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 i
     ExportProfilesServiceResponse,
 )
 
+from tests.cluster.pki import _client_certificate as client_certificate
 from tests.unit.results.fake_sinks import wait_for_requests
 from webhook.certs import pki
 
@@ -45,11 +48,32 @@ class Reply:
 
 @dataclass
 class Tls:
+    """The collector's certificate from a CA of the test's; with `clients`, mutual TLS: a
+    client must present a certificate that CA signed."""
+
     ca: pki.KeyPair = field(default_factory=pki.generate_ca)
     names: tuple[str, ...] = ("localhost", "127.0.0.1")
+    clients: pki.KeyPair | None = None
 
     def __post_init__(self) -> None:
         self.serving = pki.generate_serving(self.ca, list(self.names))
+
+    def client(self) -> pki.KeyPair:
+        """A client certificate the `clients` CA signed."""
+        assert self.clients is not None
+        return client_certificate(self.clients, "sidecar-debug-results", "sidecar-debug")
+
+    def server_context(self, directory: Path) -> ssl.SSLContext:
+        """The same as an ssl server context (for the HTTP stand-in)."""
+        cert, key = directory / "collector.crt", directory / "collector.key"
+        cert.write_bytes(self.serving.cert_pem)
+        key.write_bytes(self.serving.key_pem)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        if self.clients is not None:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(cadata=self.clients.cert_pem.decode())
+        return context
 
 
 class GrpcCollector:
@@ -87,7 +111,9 @@ class GrpcCollector:
             self.port = self.server.add_insecure_port("127.0.0.1:0")
         else:
             credentials = grpc.ssl_server_credentials(
-                [(tls.serving.key_pem, tls.serving.cert_pem)])
+                [(tls.serving.key_pem, tls.serving.cert_pem)],
+                root_certificates=tls.clients.cert_pem if tls.clients else None,
+                require_client_auth=tls.clients is not None)
             self.port = self.server.add_secure_port("127.0.0.1:0", credentials)
 
     @property

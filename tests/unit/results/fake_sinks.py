@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import ssl
 import subprocess
 import threading
 import time
@@ -51,7 +52,8 @@ class _Server(ThreadingHTTPServer):
 class FakeSink:
     """Answers from `script` in order, then `then` for every later request."""
 
-    def __init__(self, script: list[Answer] | None = None, then: Answer | None = None) -> None:
+    def __init__(self, script: list[Answer] | None = None, then: Answer | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.script = list(script or [])
         self.then = then or Answer()
         self.received: list[Received] = []
@@ -92,11 +94,16 @@ class FakeSink:
                 pass
 
         self.server = _Server(("127.0.0.1", 0), Handler)
+        self.tls = tls
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
         host, port = self.server.server_address[:2]
+        if self.tls is not None:
+            return f"https://localhost:{port}"
         return f"http://{host!s}:{port}"
 
     def wait_for(self, count: int, timeout: float = 20.0) -> list[Received]:

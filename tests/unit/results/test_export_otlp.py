@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +24,7 @@ from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 i
     ExportProfilesServiceRequest,
     ExportProfilesServiceResponse,
 )
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.unit.results.fake_collector import GrpcCollector, Reply, Tls
 from tests.unit.results.fake_sinks import Answer, FakeSink, go_pprof_raw, running
@@ -476,3 +477,93 @@ def test_the_service_names_the_app_for_exports() -> None:
                                             "resource.opentelemetry.io/service.version":
                                                 "a\nb" + "c" * 500}}}
     assert app_identity(hostile, "x") == {"serviceVersion": "a b" + "c" * 197}
+
+
+# --- mutual TLS and the Secret's headers, both transports -----------------------------------------
+
+@contextmanager
+def _tls_collector(protocol: str, tls: Tls, tmp_path: Path
+                   ) -> Iterator[tuple[str, Callable[[], list[dict[str, str]]]]]:
+    """(url, the headers or metadata of every request received) of a TLS stand-in."""
+    if protocol == "grpc":
+        with GrpcCollector(tls=tls) as grpc_collector:
+            yield grpc_collector.url, lambda: [r.metadata for r in grpc_collector.received]
+    else:
+        with running(FakeSink(then=OK, tls=tls.server_context(tmp_path))) as sink:
+            yield sink.url, lambda: [r.headers for r in sink.received]
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_mutual_tls_presents_the_secrets_client_certificate(
+        tmp_path: Path, run: Run, make: Make, protocol: str) -> None:  # noqa: F811
+    tls = Tls(clients=pki.generate_ca("clients"))
+    client = tls.client()
+    secrets = secret(tmp_path, "otlp", **{"ca.crt": tls.ca.cert_pem.decode(),
+                                          "tls.crt": client.cert_pem.decode(),
+                                          "tls.key": client.key_pem.decode(),
+                                          "headers": "x-honeycomb-team=k3y,x-note=a%2Cb"})
+    registry = CollectorRegistry()
+    with _tls_collector(protocol, tls, tmp_path) as (url, received):
+        make({"otlp": {"url": url, "protocol": protocol, "existingSecret": "otel"}},
+             secrets, registry=registry).export(run)
+        wait_for_metric(registry, "sidecar_debug_exports_total", 1, sink="otlp",
+                        outcome="sent")
+        [headers] = received()
+    assert (headers["x-honeycomb-team"], headers["x-note"]) == ("k3y", "a,b")
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_without_the_client_certificate_a_mutual_tls_collector_gets_nothing(
+        tmp_path: Path, run: Run, make: Make, protocol: str) -> None:  # noqa: F811
+    tls = Tls(clients=pki.generate_ca("clients"))
+    secrets = secret(tmp_path, "otlp", **{"ca.crt": tls.ca.cert_pem.decode()})
+    registry = CollectorRegistry()
+    with _tls_collector(protocol, tls, tmp_path) as (url, received):
+        make({"otlp": {"url": url, "protocol": protocol, "existingSecret": "otel"},
+              "attempts": 2}, secrets, registry=registry).export(run)
+        deadline = time.monotonic() + 20
+        while not (metric(registry, "sidecar_debug_exports_total", sink="otlp",
+                          outcome="failed")
+                   or metric(registry, "sidecar_debug_exports_total", sink="otlp",
+                             outcome="rejected")):
+            assert time.monotonic() < deadline, generate_latest(registry).decode()
+            time.sleep(0.01)
+        assert received() == []
+    # The server's TLS alert (certificate required) is a refusal, not retried; when the client
+    # reads the closed socket before the alert (HTTPS, by a race; gRPC always: "Socket
+    # closed"), it is a connection failure, retried, then failed.
+    tls_refused = metric(registry, "sidecar_debug_export_attempts_total", sink="otlp",
+                         result="tls")
+    outcome = "rejected" if tls_refused else "failed"
+    assert metric(registry, "sidecar_debug_exports_total", sink="otlp", outcome=outcome) == 1
+    assert tls_refused == 1 or metric(registry, "sidecar_debug_export_attempts_total",
+                                      sink="otlp", result="connection") == 2
+
+
+@pytest.mark.parametrize(("files", "problem"), [
+    ({"headers": "content-type=text/plain"}, "set by the exporter"),
+    ({"headers": "grpc-timeout=1S"}, "set by the exporter"),
+    ({"headers": "x-key"}, "is not a header name"),
+    ({"headers": "x-key=a%0Ab"}, "printable"),
+    ({"headers": "authorization=Api-Token x", "token": "t"}, "keep one"),
+    ({"tls.crt": "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"},
+     "needs both"),
+])
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_credentials_that_cannot_be_sent_are_refused_before_sending(
+        tmp_path: Path, run: Run, make: Make, protocol: str, files: dict[str, str],  # noqa: F811
+        problem: str, caplog: pytest.LogCaptureFixture) -> None:
+    secrets = secret(tmp_path, "otlp", **files)
+    registry = CollectorRegistry()
+    scheme_tls = Tls() if "tls.crt" in files else None
+    with caplog.at_level(logging.ERROR, "sidecar-debug.export"), \
+            (_tls_collector(protocol, scheme_tls, tmp_path) if scheme_tls
+             else _collector(protocol, OK, Reply())) as (url, received):
+        make({"otlp": {"url": url, "protocol": protocol, "existingSecret": "otel"}},
+             secrets, registry=registry).export(run)
+        wait_for_metric(registry, "sidecar_debug_exports_total", 1, sink="otlp",
+                        outcome="rejected")
+        assert received() == []
+    assert metric(registry, "sidecar_debug_export_attempts_total", sink="otlp",
+                  result="credentials") == 1
+    assert problem in caplog.text

@@ -3,11 +3,12 @@ and what its status means for retrying.
 
 grpcio, gRPC's own Python implementation (imported here only, so a process without a gRPC
 sink never loads it). `url` chooses the channel: https:// is TLS (the system's CAs, or the
-Secret's `ca.crt`), http:// is plaintext (a collector in the cluster's network, as an
-OpenTelemetry SDK's `insecure`). The credentials go as call metadata (`authorization`,
-`x-scope-orgid`), the deadline is the sink's timeout. A channel is kept per sink and process
+Secret's `ca.crt`; its `tls.crt` + `tls.key` as the client certificate), http:// is plaintext
+(a collector in the cluster's network, as an OpenTelemetry SDK's `insecure`). The credentials
+and the Secret's `headers` go as call metadata (`authorization`, `x-scope-orgid`, ...), the
+deadline is the sink's timeout. A channel is kept per sink and process
 and made anew when the process forked (a gRPC channel does not survive fork) or the Secret's
-CA changed.
+CA or client certificate changed.
 
 Statuses retried (the OTLP specification's retryable ones): UNAVAILABLE, DEADLINE_EXCEEDED,
 CANCELLED, ABORTED, OUT_OF_RANGE, DATA_LOSS, and RESOURCE_EXHAUSTED (bounded by `attempts`:
@@ -41,8 +42,11 @@ _CONNECT_WORDS = ("failed to connect", "connection refused", "dns resolution fai
 _USER_AGENT = "sidecar-debug"
 
 
+_Key = tuple[int, str, bytes | None, tuple[bytes, bytes] | None]
+
+
 class _Channel:
-    def __init__(self, key: tuple[int, str, bytes | None], channel: grpc.Channel) -> None:
+    def __init__(self, key: _Key, channel: grpc.Channel) -> None:
         self.key = key
         self.channel = channel
         # No serializers: the request's bytes go as they are, the reply comes back as bytes.
@@ -54,10 +58,11 @@ _CHANNELS: dict[tuple[str, str], _Channel] = {}
 _LOCK = threading.Lock()
 
 
-def _channel(sink: SinkSettings, target: str, secure: bool, ca: bytes | None) -> _Channel:
+def _channel(sink: SinkSettings, target: str, secure: bool, ca: bytes | None,
+             pair: tuple[bytes, bytes] | None) -> _Channel:
     import grpc
 
-    key = (os.getpid(), target, ca if secure else None)
+    key: _Key = (os.getpid(), target, ca, pair) if secure else (os.getpid(), target, None, None)
     with _LOCK:
         found = _CHANNELS.get((sink.kind, sink.url))
         if found is not None and found.key == key:
@@ -65,9 +70,13 @@ def _channel(sink: SinkSettings, target: str, secure: bool, ca: bytes | None) ->
         if found is not None and found.key[0] == key[0]:
             found.channel.close()  # the CA changed; in a forked child, leave the parent's be
         options = [("grpc.primary_user_agent", _USER_AGENT)]
-        channel = (grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=ca),
-                                       options=options)
-                   if secure else grpc.insecure_channel(target, options=options))
+        if secure:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=ca, private_key=pair[1] if pair else None,
+                certificate_chain=pair[0] if pair else None)
+            channel = grpc.secure_channel(target, credentials, options=options)
+        else:
+            channel = grpc.insecure_channel(target, options=options)
         made = _Channel(key, channel)
         _CHANNELS[(sink.kind, sink.url)] = made
         return made
@@ -98,9 +107,10 @@ def send(request: Request, *, timeout: float, sink: SinkSettings) -> Answer:
     target, secure = target_of(request.url)
     try:
         ca = sink.ca_pem() if secure else None
+        pair = sink.client_pair() if secure else None
     except CredentialsError as error:
         return Answer(False, "credentials", False, str(error))
-    channel = _channel(sink, target, secure, ca)
+    channel = _channel(sink, target, secure, ca, pair)
     # The version and the credentials (sink.headers(), merged in by the exporter), in lower
     # case as HTTP/2 wants metadata keys.
     metadata = tuple((key.lower(), value) for key, value in request.headers.items())

@@ -75,9 +75,19 @@ def send(request: Request, *, timeout: float, context: ssl.SSLContext | None) ->
             return Answer(False, "timeout", True, f"no answer within {timeout:g} s")
         if isinstance(reason, ssl.SSLCertVerificationError):
             return Answer(False, "tls", False, f"TLS: {reason.verify_message or reason}")
+        if _tls_alert(reason):
+            return Answer(False, "tls", False, f"TLS: the sink refused us: {reason}")
         return Answer(False, "connection", True, f"cannot connect: {reason}")
     except (OSError, http.client.HTTPException) as error:  # reset mid-answer, bad status line
+        if _tls_alert(error):  # TLS 1.3: a client certificate refused after the handshake
+            return Answer(False, "tls", False, f"TLS: the sink refused us: {error}")
         return Answer(False, "connection", True, f"connection failed: {error}")
+
+
+def _tls_alert(error: object) -> bool:
+    """The server's TLS alert (certificate required, unknown CA, bad certificate): waiting
+    will not change it."""
+    return isinstance(error, ssl.SSLError) and "ALERT" in str(getattr(error, "reason", ""))
 
 
 def _excerpt(data: bytes) -> str:
