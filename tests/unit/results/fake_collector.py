@@ -80,7 +80,7 @@ class GrpcCollector:
     """Answers from `script` in order, then `then` for every later request."""
 
     def __init__(self, script: list[Reply] | None = None, then: Reply | None = None,
-                 tls: Tls | None = None) -> None:
+                 tls: Tls | None = None, max_receive: int = 4 << 20) -> None:
         self.script = list(script or [])
         self.then = then or Reply()
         self.received: list[GrpcReceived] = []
@@ -105,7 +105,9 @@ class GrpcCollector:
                 return ExportProfilesServiceResponse(partial_success=ExportProfilesPartialSuccess(
                     rejected_profiles=reply.rejected, error_message=reply.message))
 
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        # 4 MiB: the Collector's default max_recv_msg_size_mib, and gRPC's.
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
+                                  options=[("grpc.max_receive_message_length", max_receive)])
         profiles_service_pb2_grpc.add_ProfilesServiceServicer_to_server(Servicer(), self.server)
         if tls is None:
             self.port = self.server.add_insecure_port("127.0.0.1:0")

@@ -284,6 +284,21 @@ def test_otlp_grpc_deadline_is_the_timeout(run: Run, make: Make) -> None:  # noq
                   result="timeout") == 1
 
 
+def test_otlp_grpc_a_message_too_large_for_the_collector_is_not_retried(
+        run: Run, make: Make, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
+    registry = CollectorRegistry()
+    with caplog.at_level(logging.ERROR, "sidecar-debug.export"), \
+            GrpcCollector(max_receive=200) as grpc_collector:
+        make({"otlp": {"url": grpc_collector.url, "protocol": "grpc"}, "attempts": 3},
+             registry=registry).export(run)
+        wait_for_metric(registry, "sidecar_debug_exports_total", 1, sink="otlp",
+                        outcome="rejected")
+        assert grpc_collector.received == []
+    assert metric(registry, "sidecar_debug_export_attempts_total", sink="otlp",
+                  result="too_large") == 1
+    assert "max_recv_msg_size_mib" in caplog.text
+
+
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
 def test_a_partial_success_is_a_counted_refusal(run: Run, make: Make, protocol: str,  # noqa: F811
                                                 caplog: pytest.LogCaptureFixture) -> None:

@@ -12,8 +12,9 @@ CA or client certificate changed.
 
 Statuses retried (the OTLP specification's retryable ones): UNAVAILABLE, DEADLINE_EXCEEDED,
 CANCELLED, ABORTED, OUT_OF_RANGE, DATA_LOSS, and RESOURCE_EXHAUSTED (bounded by `attempts`:
-the RetryInfo that would say whether the server recovers is not read); every other is a
-refusal. A TLS handshake that fails is a refusal too, as for HTTP.
+the RetryInfo that would say whether the server recovers is not read), but not a message
+larger than the receiver takes (`too_large`); every other is a refusal. A TLS handshake that
+fails is a refusal too, as for HTTP.
 """
 
 from __future__ import annotations
@@ -130,6 +131,9 @@ def _failure(error: grpc.RpcError, timeout: float) -> Answer:
     lowered = text.lower()
     if name == "DEADLINE_EXCEEDED":
         return Answer(False, "timeout", True, f"no answer within {timeout:g} s")
+    if name == "RESOURCE_EXHAUSTED" and "larger than max" in lowered:
+        return Answer(False, "too_large", False, f"the collector takes smaller messages "
+                      f"(the Collector's otlp receiver: grpc max_recv_msg_size_mib): {text}")
     if name == "UNAVAILABLE" and any(word in lowered for word in _TLS_WORDS):
         return Answer(False, "tls", False, f"TLS: {text}")
     if name == "UNAVAILABLE" and any(word in lowered for word in _CONNECT_WORDS):
