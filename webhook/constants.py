@@ -159,3 +159,13 @@ EXTRA_POD_UID: Final = "authentication.kubernetes.io/pod-uid"
 # Readers see a namespace's runs when RBAC allows them `get` on this resource there.
 RESULTS_READ_RESOURCE: Final = "debugresults"
 RESULTS_READ_VERB: Final = "get"
+
+# What OTLP exports name the app by (OpenTelemetry's semantic conventions, "Specify resource
+# attributes using Kubernetes annotations": service.name is the first found of these, in order;
+# the plain `app` label, not in the conventions, last).
+ANNOTATION_OTEL_SERVICE_NAME: Final = "resource.opentelemetry.io/service.name"
+ANNOTATION_OTEL_SERVICE_VERSION: Final = "resource.opentelemetry.io/service.version"
+LABEL_APP_INSTANCE: Final = "app.kubernetes.io/instance"
+LABEL_APP_NAME: Final = "app.kubernetes.io/name"
+LABEL_APP_VERSION: Final = "app.kubernetes.io/version"
+LABEL_APP: Final = "app"

@@ -11,7 +11,12 @@ from typing import Any
 import pytest
 
 from tests.chart.helm import Manifest, render, template_error
-from webhook.results.export.settings import ENV_EXPORT, SECRETS_ROOT, ExportSettings
+from webhook.results.export.settings import (
+    ENV_EXPORT,
+    SECRETS_ROOT,
+    ExportSettings,
+    ExportSettingsError,
+)
 
 pytestmark = pytest.mark.chart
 
@@ -132,8 +137,52 @@ def test_an_otlp_sink_gets_its_settings_secret_and_port() -> None:
 
 
 @pytest.mark.parametrize(("value", "field"), [
-    ("results.export.otlp.protocol=grpc", "protocol"),
+    ("results.export.otlp.resourceAttributes.k8s\\.pod\\.uid=x", "k8s.pod.uid"),
     ("results.export.otlp.resourceAttributes.k8s\\.pod\\.name=x", "k8s.pod.name"),
 ])
 def test_the_schema_refuses_what_the_otlp_exporter_would(value: str, field: str) -> None:
     assert field in template_error(sets=[*ON, "results.export.otlp.url=http://c:4318", value])
+
+
+def test_an_otlp_grpc_sink_gets_its_protocol_and_port() -> None:
+    manifest = render(sets=[*ON, "results.export.otlp.url=https://otel-collector.monitoring:4317",
+                            "results.export.otlp.protocol=grpc",
+                            "results.export.otlp.existingSecret=otel-creds"])
+    [(pod, container)] = exporting(manifest)
+    value = next(e["value"] for e in container["env"] if e["name"] == ENV_EXPORT)
+    [sink] = ExportSettings.from_environ({ENV_EXPORT: value}).sinks
+    assert (sink.kind, sink.url, sink.name) == (
+        "otlp", "https://otel-collector.monitoring:4317", "grpc")
+    assert sink.secret_dir == SECRETS_ROOT / "otlp"
+    assert {"name": "export-otlp", "mountPath": "/etc/sidecar-debug/export/otlp",
+            "readOnly": True} in container["volumeMounts"]
+    [policy] = [p for p in manifest.all("NetworkPolicy")
+                if p["metadata"]["name"].endswith("-results")]
+    assert {"ports": [{"port": 4317, "protocol": "TCP"}]} in policy["spec"]["egress"]
+
+
+@pytest.mark.parametrize(("sets", "field"), [
+    (["results.export.otlp.url=https://c:4317/v1development", "results.export.otlp.protocol=grpc"],
+     "url"),
+    (["results.export.otlp.url=http://c:4317", "results.export.otlp.protocol=grpc/json"],
+     "protocol"),
+    (["results.export.otlp.url=http://c:4318",
+      "results.export.otlp.resourceAttributes.service\\.version=x"], "service.version"),
+])
+def test_the_schema_refuses_what_the_grpc_exporter_would(sets: list[str], field: str) -> None:
+    assert field in template_error(sets=[*ON, *sets])
+    with pytest.raises(ExportSettingsError):
+        ExportSettings.from_mapping(_export_values(sets))
+
+
+def _export_values(sets: list[str]) -> dict[str, Any]:
+    """The --set values under results.export as the mapping the Python side parses."""
+    otlp: dict[str, Any] = {}
+    for item in sets:
+        key, _, value = item.partition("=")
+        path = key.replace("\\.", "\0").split(".")[3:]
+        target = otlp
+        for part in path[:-1]:
+            target = target.setdefault(part.replace("\0", "."), {})
+        target[path[-1].replace("\0", ".")] = value
+    return {"otlp": otlp}

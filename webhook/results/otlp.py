@@ -1,14 +1,19 @@
 """Folded stacks as an OpenTelemetry profiles export request (OTLP `v1development`, built with
 the official bindings of the `opentelemetry-proto` package, 1.45 carrying the protos' v1.10
-shape: one `ProfilesDictionary` per request, a `stack_table`, one sample type per profile).
+shape: one `ProfilesDictionary` per request, a `stack_table`, one sample type per profile;
+the profiles development version 1 of the proto's versioning rule), and what the collector's
+answer says.
 
 Pure: no I/O, no clock. The dictionary's tables start with their zero value, as the proto asks
 ("mapping_table[0] must always be zero value", the same for every table); each distinct frame
 name is one function and one location (no addresses: the toolset names frames itself), and
-each distinct stack one `Stack`, leaf first. A CPU recording at F Hz is `cpu`/`nanoseconds`,
-every sample 1e9/F ns (what Pyroscope and the Collector's pprof translation expect); a weighted
-recording keeps its unit, converted to nanoseconds where it is time. The pprof the run also
-exports is attached as the profile's original payload.
+each distinct stack one `Stack`, leaf first. A CPU recording at F Hz is `samples`/`count` with
+the period `cpu`/`nanoseconds` 1e9/F, as OpenTelemetry's eBPF profiler sends it and as
+Grafana Pyroscope's OTLP receiver files a `process_cpu` profile (its
+pkg/ingester/otlp/convert.go matches `samples:count:cpu:nanoseconds`); a weighted recording
+(off-CPU, wall) keeps its kind with its values in nanoseconds and no period (Pyroscope's
+`off_cpu:nanoseconds::`). The run's pprof, of the same sample type, is attached as the
+profile's original payload.
 """
 
 from __future__ import annotations
@@ -17,8 +22,13 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from google.protobuf.empty_pb2 import Empty
+from google.protobuf.message import DecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
+from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2
 from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import (
     ExportProfilesServiceRequest,
+    ExportProfilesServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.profiles.v1development.profiles_pb2 import (
@@ -41,8 +51,20 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 SCOPE_NAME = "sidecar-debug"
 PROTO_VERSION = "v1.10.0"  # the opentelemetry-proto shape the bindings carry (see the doc)
+# The profiles development version of that shape (opentelemetry-proto's docs/specification.md,
+# "Profiles development version"): sent on both transports, so that a version-aware collector
+# compiled for a later, incompatible shape refuses the request (HTTP 400, INVALID_ARGUMENT)
+# instead of decoding it wrongly. Its absence would mean 1 as well.
+DEVELOPMENT_VERSION = "1"
+HTTP_VERSION_HEADER = "OTLP-Profiles-Development-Version"
+GRPC_VERSION_METADATA = "otlp-profiles-development-version"
+# `/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export`, from the
+# bindings' own service descriptor.
+_EXPORT = profiles_service_pb2.DESCRIPTOR.services_by_name["ProfilesService"] \
+    .methods_by_name["Export"]
+GRPC_METHOD = f"/{_EXPORT.containing_service.full_name}/{_EXPORT.name}"
 # Units a recording may be weighted in (the toolset's meta.json `unit`), as nanoseconds each.
-_TIME_UNITS = {"nanoseconds": 1, "microseconds": 1_000, "milliseconds": 1_000_000,
+TIME_UNITS = {"nanoseconds": 1, "microseconds": 1_000, "milliseconds": 1_000_000,
                "seconds": 1_000_000_000}
 
 
@@ -67,12 +89,17 @@ def profile_id(run_id: str) -> bytes:
 
 
 def sample_type(recording: Recording) -> tuple[str, str, int]:
-    """(type, unit, nanoseconds per stack value; 0 when the values are not time)."""
-    if recording.unit in _TIME_UNITS:
-        return recording.sample_kind, "nanoseconds", _TIME_UNITS[recording.unit]
-    if recording.frequency > 0:
-        return recording.sample_kind, "nanoseconds", 1_000_000_000 // recording.frequency
+    """(type, unit, nanoseconds per stack value; 0 when the values are counts of samples)."""
+    if recording.unit in TIME_UNITS:
+        return recording.sample_kind, "nanoseconds", TIME_UNITS[recording.unit]
     return "samples", "count", 0
+
+
+def period_ns(recording: Recording) -> int:
+    """The time one sample stands for (0: a weighted recording, or no frequency known)."""
+    if recording.unit in TIME_UNITS or recording.frequency <= 0:
+        return 0
+    return 1_000_000_000 // recording.frequency
 
 
 def export_request(stacks: Mapping[tuple[str, ...], int | float],
@@ -110,10 +137,11 @@ def export_request(stacks: Mapping[tuple[str, ...], int | float],
         profile_id=recording.profile_id,
         original_payload_format="pprof" if recording.original_pprof else "",
         original_payload=recording.original_pprof)
-    if recording.frequency > 0 and scale:
-        profile.period_type.CopyFrom(ValueType(type_strindex=string(kind),
+    period = period_ns(recording)
+    if period:
+        profile.period_type.CopyFrom(ValueType(type_strindex=string(recording.sample_kind),
                                                unit_strindex=string("nanoseconds")))
-        profile.period = 1_000_000_000 // recording.frequency
+        profile.period = period
     for stack, value in sorted(stacks.items(), key=lambda item: (-item[1], item[0])):
         amount = round(value * scale) if scale else round(value)
         if amount <= 0:
@@ -139,3 +167,38 @@ def export_request(stacks: Mapping[tuple[str, ...], int | float],
 
 def _key_values(items: Sequence[tuple[str, str]]) -> list[KeyValue]:
     return [KeyValue(key=key, value=AnyValue(string_value=value)) for key, value in items]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an OTLP success answer says: `rejected` profiles and the collector's message (a
+    partial success; rejected 0 with a message is a warning)."""
+
+    rejected: int = 0
+    message: str = ""
+
+
+def export_outcome(body: bytes) -> Outcome:
+    """The ExportProfilesServiceResponse of a success (HTTP 200 body, gRPC reply).
+    ValueError: not one."""
+    try:
+        response = ExportProfilesServiceResponse.FromString(body)
+    except DecodeError as error:
+        raise ValueError(f"not an ExportProfilesServiceResponse ({error})") from error
+    partial = response.partial_success
+    return Outcome(max(0, partial.rejected_profiles), partial.error_message)
+
+
+def status_message(body: bytes) -> str | None:
+    """The `message` (field 2) of a google.rpc.Status, the body of an OTLP/HTTP error in
+    protobuf; None when the body is not one. Read through protobuf's unknown fields: the
+    Status message is not among the bindings."""
+    try:
+        fields = UnknownFieldSet(Empty.FromString(body))
+    except (DecodeError, ValueError):
+        return None
+    for index in range(len(fields)):
+        item = fields[index]
+        if item.field_number == 2 and isinstance(item.data, bytes):
+            return item.data.decode("utf-8", errors="replace")
+    return None

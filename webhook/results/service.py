@@ -248,14 +248,33 @@ def clean_meta(raw: Any) -> dict[str, Any]:
 
 
 def app_identity(pod: Mapping[str, Any], toolset: str) -> dict[str, str]:
-    """What exports name the app by (OpenTelemetry's service.name and k8s.container.name): the
-    pod's `app.kubernetes.io/name` or `app` label, and its one app container (none when the
-    pod has several: a run records them all)."""
+    """What exports name the app by, as OpenTelemetry's semantic conventions derive service
+    attributes in Kubernetes: `service.name` from the pod's
+    `resource.opentelemetry.io/service.name` annotation, else its `app.kubernetes.io/instance`,
+    `app.kubernetes.io/name` or (last, not in the conventions) `app` label; `service.version`
+    from the annotation `resource.opentelemetry.io/service.version`, else the
+    `app.kubernetes.io/version` label; `k8s.pod.uid`; `k8s.container.name` when the pod has
+    one app container (a run records them all). Values are the pod creator's text: strings
+    only, one line, capped."""
     found: dict[str, str] = {}
     labels = plans.labels_of(pod)
-    service_name = labels.get("app.kubernetes.io/name") or labels.get("app")
-    if service_name:
-        found["serviceName"] = service_name[:200]
+    metadata = pod.get("metadata")
+    raw = metadata.get("annotations") if isinstance(metadata, dict) else None
+    annotations = raw if isinstance(raw, dict) else {}
+
+    def first(*values: Any) -> str:
+        return next((_one_line(v, 200) for v in values if _one_line(v, 200)), "")
+
+    service_name = first(annotations.get(constants.ANNOTATION_OTEL_SERVICE_NAME),
+                         labels.get(constants.LABEL_APP_INSTANCE),
+                         labels.get(constants.LABEL_APP_NAME), labels.get(constants.LABEL_APP))
+    version = first(annotations.get(constants.ANNOTATION_OTEL_SERVICE_VERSION),
+                    labels.get(constants.LABEL_APP_VERSION))
+    uid = first(metadata.get("uid") if isinstance(metadata, dict) else None)
+    for key, value in (("serviceName", service_name), ("serviceVersion", version),
+                       ("podUid", uid)):
+        if value:
+            found[key] = value
     spec = pod.get("spec")
     containers = spec.get("containers") if isinstance(spec, dict) else None
     names = [c.get("name") for c in containers or [] if isinstance(c, dict)] \

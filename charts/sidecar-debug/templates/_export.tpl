@@ -15,6 +15,10 @@ results.export.egressTo, or anywhere). Nothing is rendered while no sink has a u
 {{- end -}}
 {{- define "sidecar-debug.export.env" -}}
 {{- $e := (.Values.results | default dict).export | default dict -}}
+{{- $otlp := $e.otlp | default dict -}}
+{{- if and $otlp.url (eq ($otlp.protocol | default "") "grpc") (not (has (urlParse $otlp.url).path (list "" "/"))) }}
+{{- fail (printf "results.export.otlp.url: a gRPC endpoint is host and port only (https://collector:4317 for TLS, http://collector:4317 for plaintext), got the path %q" (urlParse $otlp.url).path) }}
+{{- end }}
 {{- if or ($e.pyroscope | default dict).url ($e.parca | default dict).url ($e.otlp | default dict).url }}
 - name: SIDECAR_DEBUG_EXPORT
   value: {{ toJson $e | quote }}

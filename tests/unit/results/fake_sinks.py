@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import ssl
 import subprocess
 import threading
 import time
@@ -17,7 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import parse_qs, urlsplit
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -48,7 +52,8 @@ class _Server(ThreadingHTTPServer):
 class FakeSink:
     """Answers from `script` in order, then `then` for every later request."""
 
-    def __init__(self, script: list[Answer] | None = None, then: Answer | None = None) -> None:
+    def __init__(self, script: list[Answer] | None = None, then: Answer | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.script = list(script or [])
         self.then = then or Answer()
         self.received: list[Received] = []
@@ -89,21 +94,32 @@ class FakeSink:
                 pass
 
         self.server = _Server(("127.0.0.1", 0), Handler)
+        self.tls = tls
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
         host, port = self.server.server_address[:2]
+        if self.tls is not None:
+            return f"https://localhost:{port}"
         return f"http://{host!s}:{port}"
 
     def wait_for(self, count: int, timeout: float = 20.0) -> list[Received]:
-        deadline = time.monotonic() + timeout
-        with self.arrived:
-            while len(self.received) < count:
-                left = deadline - time.monotonic()
-                assert left > 0, f"{len(self.received)} requests arrived, expected {count}"
-                self.arrived.wait(left)
-            return list(self.received)
+        return wait_for_requests(self.arrived, self.received, count, timeout)
+
+
+def wait_for_requests(arrived: threading.Condition, received: list[T], count: int,
+                      timeout: float = 20.0) -> list[T]:
+    """A copy of `received` once it holds `count` requests (appended under `arrived`)."""
+    deadline = time.monotonic() + timeout
+    with arrived:
+        while len(received) < count:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{len(received)} requests arrived, expected {count}"
+            arrived.wait(left)
+        return list(received)
 
 
 @contextmanager

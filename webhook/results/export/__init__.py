@@ -1,11 +1,13 @@
-"""Optional export of every stored run to Grafana Pyroscope and Parca (docs/exports.md).
+"""Optional export of every stored run to Grafana Pyroscope, Parca and OpenTelemetry (OTLP
+profiles over HTTP or gRPC) (docs/exports.md).
 
 The results service (webhook.results.service, the one writer of the store) calls `export(run)`
 after each run is stored; the call only puts
 the run in each sink's queue and returns. A thread per sink sends (settings.py: where and with
-which credentials; wire.py: the request shapes; send.py: HTTP), retrying with a doubling wait,
-so a slow or dead sink never delays storing or serving: its queue fills, and what does not fit
-is dropped and counted (sidecar_debug_exports_total{outcome="dropped"}).
+which credentials; wire.py: the request shapes; send.py: HTTP; grpc_send.py: OTLP/gRPC),
+retrying with a doubling wait, so a slow or dead sink never delays storing or serving: its
+queue fills, and what does not fit is dropped and counted
+(sidecar_debug_exports_total{outcome="dropped"}).
 
     exporters = Exporters.from_settings(ExportSettings.from_environ(os.environ), registry=...)
     ...
@@ -18,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -41,11 +44,18 @@ Sender = Callable[[wire.Request, float, SinkSettings], send.Answer]
 
 
 def _send(request: wire.Request, timeout: float, sink: SinkSettings) -> send.Answer:
+    if request.method == "GRPC":
+        from webhook.results.export import grpc_send  # grpcio loads only with a gRPC sink
+
+        return grpc_send.send(request, timeout=timeout, sink=sink)
     try:
         context = sink.tls_context()
     except CredentialsError as error:
         return send.Answer(False, "credentials", False, str(error))
-    return send.send(request, timeout=timeout, context=context)
+    answer = send.send(request, timeout=timeout, context=context)
+    if answer.ok and sink.kind == "otlp":
+        return send.otlp_outcome(answer, answer.body)
+    return answer
 
 
 class _Sink:
@@ -134,6 +144,8 @@ class _Sink:
                                      self.sink.timeout, self.sink)
             self.metrics.attempts.labels(sink=kind, result=answer.result).inc()
             if answer.ok:
+                if answer.message:
+                    log.warning("export to %s: %s: %s", kind, run.id, answer.message)
                 self.metrics.exports.labels(sink=kind, outcome="sent").inc()
                 self.metrics.delay.labels(sink=kind).observe(time.monotonic() - queued_at)
                 return
@@ -189,7 +201,11 @@ class Exporters:
             sink.put(run)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the threads; runs still queued are not exported."""
+        """Stop the threads and close gRPC channels; runs still queued are not exported."""
         for sink in self._sinks:
             sink.stop(timeout)
+        grpc_send = sys.modules.get("webhook.results.export.grpc_send")
+        if grpc_send is not None:  # loaded: some sink spoke gRPC
+            for sink in self._sinks:
+                grpc_send.close(sink.sink)
 

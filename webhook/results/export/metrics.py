@@ -36,15 +36,17 @@ def for_registry(registry: CollectorRegistry = REGISTRY) -> ExportMetrics:
             found = ExportMetrics(
                 exports=Counter(
                     "sidecar_debug_exports",
-                    "Runs handed to an export sink, by sink (pyroscope, parca) and outcome: sent; "
-                    "rejected (the sink refused it: a 4xx other than 408/429, a redirect, TLS); "
+                    "Runs handed to an export sink, by sink (pyroscope, parca, otlp) and outcome: "
+                    "sent; rejected (the sink refused it: a 4xx other than 408/429, a redirect, "
+                    "TLS, an OTLP partial success or gRPC status not retried); "
                     "failed (no success within the attempts); dropped (the sink's queue was "
                     "full); unreadable (the run was gone or damaged when its turn came).",
                     ["sink", "outcome"], registry=registry),
                 attempts=Counter(
                     "sidecar_debug_export_attempts",
-                    "HTTP requests to export sinks, by sink and result (the status code, "
-                    "timeout, connection, tls, credentials).",
+                    "Requests to export sinks, by sink and result (the HTTP status code, or ok "
+                    "and the gRPC status in lower case; timeout, connection, tls, credentials; "
+                    "OTLP: partial, not_otlp).",
                     ["sink", "result"], registry=registry),
                 queued=Gauge(
                     "sidecar_debug_export_queue_length",

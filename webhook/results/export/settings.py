@@ -17,21 +17,56 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 ENV_EXPORT = "SIDECAR_DEBUG_EXPORT"
 SECRETS_ROOT = Path("/etc/sidecar-debug/export")
 SINKS = ("pyroscope", "parca", "otlp")
+OTLP_PROTOCOLS = ("http/protobuf", "grpc")
 # Prometheus' label names (Parca checks them); Pyroscope also allows '.', we do not need it.
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,62}$")
 _RESERVED = frozenset({"__name__", "namespace", "pod", "container", "technique", "schedule"})
 # OpenTelemetry attribute names (dots allowed); the ones we set from the run are not the sink's.
 _ATTRIBUTE_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_.]{0,62}$")
-_RESERVED_ATTRIBUTES = frozenset({"k8s.namespace.name", "k8s.pod.name", "k8s.container.name",
-                                  "service.name"})
+_RESERVED_ATTRIBUTES = frozenset({"k8s.namespace.name", "k8s.pod.name", "k8s.pod.uid",
+                                  "k8s.container.name", "service.name", "service.version"})
 # Pyroscope's application names: letters, digits, '_', '.', '-', '/' (its labelset.go).
 _APP_NAME = re.compile(r"^[a-zA-Z0-9_./-]{1,100}$")
 MAX_SECRET_FILE = 64 << 10
+_PEM_KEYS = frozenset({"ca.crt", "tls.crt", "tls.key"})  # several lines by nature
+
+
+# An HTTP header name (RFC 9110 token), and the ones the exporter sets or the transport owns.
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")
+_OWN_HEADERS = frozenset({"content-type", "content-length", "content-encoding", "host",
+                          "transfer-encoding", "connection", "te", "user-agent",
+                          "otlp-profiles-development-version"})
+MAX_HEADERS = 20
+
+
+def parse_headers(text: str, where: str) -> list[tuple[str, str]]:
+    """The Secret's `headers`, in the format of OTEL_EXPORTER_OTLP_HEADERS: `name=value`
+    pairs separated by commas, values percent-encoded where they hold a comma (`%2C`).
+    CredentialsError names what cannot be sent."""
+    pairs: list[tuple[str, str]] = []
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        name, equals, value = item.partition("=")
+        name, value = name.strip(), unquote(value.strip())
+        if not equals or not _HEADER_NAME.match(name):
+            raise CredentialsError(f"{where}: {name[:50]!r} is not a header name (want "
+                                   "name=value,name2=value2)")
+        lowered = name.lower()
+        if lowered in _OWN_HEADERS or lowered.startswith("grpc-") or lowered.endswith("-bin"):
+            raise CredentialsError(f"{where}: {name} is set by the exporter or its transport")
+        if not value.isprintable() or len(value) > 4096:
+            raise CredentialsError(f"{where}: the value of {name} must be printable text of "
+                                   "at most 4096 characters")
+        pairs.append((name, value))
+    if len(pairs) > MAX_HEADERS:
+        raise CredentialsError(f"{where}: more than {MAX_HEADERS} headers")
+    return pairs
 
 
 class ExportSettingsError(ValueError):
@@ -45,9 +80,10 @@ class CredentialsError(ValueError):
 
 @dataclass(frozen=True)
 class SinkSettings:
-    """One export sink: `kind` pyroscope or parca, its base `url`, the profile name (Pyroscope's
-    application name, Parca's __name__), static labels added to every run's, and the directory
-    of its mounted Secret (None: no credentials)."""
+    """One export sink: `kind` pyroscope, parca or otlp, its base `url`, the profile name
+    (Pyroscope's application name, Parca's __name__; OTLP's protocol, http/protobuf or grpc),
+    static labels (OTLP: resource attributes) added to every run's, and the directory of its
+    mounted Secret (None: no credentials)."""
 
     kind: str
     url: str
@@ -73,7 +109,7 @@ class SinkSettings:
         if len(data) > MAX_SECRET_FILE:
             raise CredentialsError(f"{path}: larger than {MAX_SECRET_FILE} bytes")
         text = data.decode("utf-8", errors="replace").strip()  # `echo` adds a newline
-        if key != "ca.crt" and any(c in text for c in "\r\n\0"):
+        if key not in _PEM_KEYS and any(c in text for c in "\r\n\0"):
             raise CredentialsError(f"{path}: a header value cannot hold a line break")
         return text or None
 
@@ -93,18 +129,63 @@ class SinkSettings:
         tenant = self._secret("tenant")
         if tenant is not None:
             headers["X-Scope-OrgID"] = tenant
+        extra = self._secret("headers")
+        if extra is not None:
+            where = f"{self.secret_dir}/headers"
+            for name, value in parse_headers(extra, where):
+                if name.lower() in {key.lower() for key in headers}:
+                    raise CredentialsError(f"{where}: {name} is also set by the Secret's "
+                                           "token, username/password or tenant: keep one")
+                headers[name] = value
         return headers
 
+    def ca_pem(self) -> bytes | None:
+        """The Secret's `ca.crt` (None: the system's CAs), checked to be PEM certificates."""
+        ca = self._secret("ca.crt")
+        if ca is None:
+            return None
+        try:
+            ssl.create_default_context(cadata=ca)
+        except (ssl.SSLError, ValueError) as error:
+            raise CredentialsError(f"{self.secret_dir}/ca.crt: not a PEM certificate "
+                                   f"({error})") from error
+        return ca.encode()
+
+    def client_pair(self) -> tuple[bytes, bytes] | None:
+        """The Secret's `tls.crt` + `tls.key` (a kubernetes.io/tls Secret's keys), the client
+        certificate for a collector that asks for one (mutual TLS); None without them."""
+        cert, key = self._secret("tls.crt"), self._secret("tls.key")
+        if cert is None and key is None:
+            return None
+        if cert is None or key is None:
+            raise CredentialsError(f"{self.secret_dir}: a client certificate needs both "
+                                   "`tls.crt` and `tls.key`")
+        self._load_pair(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))  # the pair matches
+        return cert.encode(), key.encode()
+
+    def _load_pair(self, context: ssl.SSLContext) -> None:
+        assert self.secret_dir is not None  # noqa: S101 - client_pair found the files
+        try:
+            context.load_cert_chain(self.secret_dir / "tls.crt", self.secret_dir / "tls.key")
+        except (ssl.SSLError, OSError, ValueError) as error:
+            raise CredentialsError(f"{self.secret_dir}/tls.crt, tls.key: not a PEM certificate "
+                                   f"and its unencrypted key ({error})") from error
+
     def tls_context(self) -> ssl.SSLContext | None:
-        """For https: the system's CAs, or the Secret's `ca.crt` when it has one."""
+        """For https: the system's CAs, or the Secret's `ca.crt` when it has one; the client
+        certificate `tls.crt` + `tls.key` when it has them."""
         if not self.url.startswith("https:"):
             return None
         ca = self._secret("ca.crt")
         try:
-            return ssl.create_default_context(cadata=ca) if ca else ssl.create_default_context()
+            context = (ssl.create_default_context(cadata=ca) if ca
+                       else ssl.create_default_context())
         except (ssl.SSLError, ValueError) as error:
             raise CredentialsError(f"{self.secret_dir}/ca.crt: not a PEM certificate "
                                    f"({error})") from error
+        if self.client_pair() is not None:
+            self._load_pair(context)
+        return context
 
 
 @dataclass(frozen=True)
@@ -188,10 +269,13 @@ def _sink(kind: str, raw: Any, timeout: float, secrets_root: Path,
              f"{where}.url", "the base URL only (no query, fragment or user: credentials go "
              "in existingSecret)")
     if kind == "otlp":
-        # OTLP/HTTP with binary protobuf; gRPC is not offered (see docs/exports.md).
+        # OTLP/HTTP with binary protobuf, or OTLP/gRPC (the scheme chooses TLS or plaintext).
         name = raw.get(name_key) or "http/protobuf"
-        _require(name == "http/protobuf", f"{where}.{name_key}",
-                 f"must be http/protobuf, got {name!r}")
+        _require(name in OTLP_PROTOCOLS, f"{where}.{name_key}",
+                 f"must be one of {list(OTLP_PROTOCOLS)}, got {name!r}")
+        _require(name != "grpc" or parts.path in ("", "/"), f"{where}.url",
+                 "a gRPC endpoint is host and port only (https://collector:4317 for TLS, "
+                 f"http://collector:4317 for plaintext), got the path {parts.path!r}")
     else:
         default_name = "sidecar-debug" if kind == "pyroscope" else "process_cpu"
         name = raw.get(name_key) or default_name

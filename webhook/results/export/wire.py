@@ -14,7 +14,9 @@ sequential (pkg/parcacol ValidatePprofProfile); webhook.results.formats.pprof wr
 OpenTelemetry: `POST /v1development/profiles` (the OTLP/HTTP path of the profiles signal,
 `opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export`) with the
 binary protobuf `ExportProfilesServiceRequest` as the body (webhook.results.otlp), resource
-attributes from the Kubernetes semantic conventions, the run's pprof as the original payload.
+attributes from the Kubernetes semantic conventions, the run's pprof as the original payload;
+or the same request to that gRPC method (method GRPC: `url` is the target, `headers` the
+metadata besides the credentials; export/grpc_send.py sends it).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -125,40 +128,64 @@ def resource_attributes(sink: SinkSettings, run: Run) -> dict[str, str]:
     `service.name` from the app's labels where the pod has them, and the sink's own."""
     meta = run.meta
     values = {"k8s.namespace.name": run.namespace, "k8s.pod.name": run.pod,
+              "k8s.pod.uid": meta.get("podUid"),
               "k8s.container.name": meta.get("appContainer"),
-              "service.name": meta.get("serviceName")}
+              "service.name": meta.get("serviceName"),
+              "service.version": meta.get("serviceVersion")}
     return {**sink.labels, **{key: value[:MAX_LABEL_VALUE] for key, value in values.items()
                               if isinstance(value, str) and value}}
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def recording_ns(run: Run, samples: int) -> tuple[int, int]:
+    """(start, duration) in nanoseconds, to the microsecond the run was stored with: the
+    recording's own duration when the run says it, else as long as its samples took."""
+    started = run.started if run.started.tzinfo else run.started.replace(tzinfo=UTC)
+    start = (started - _EPOCH) // timedelta(microseconds=1) * 1_000
+    duration = run.meta.get("duration")
+    if isinstance(duration, int | float) and not isinstance(duration, bool) \
+            and 0 < duration <= 86400 * 7:
+        return start, round(duration * 1_000_000_000)
+    return start, samples * (1_000_000_000 // frequency(run))
+
+
 def otlp_recording(sink: SinkSettings, run: Run, stacks: Mapping[folded.Stack, int]
                    ) -> otlp.Recording:
-    start, until = window(run, folded.total(stacks))
+    start, duration = recording_ns(run, folded.total(stacks))
     unit = run.meta.get("unit")
-    weighted = isinstance(unit, str) and unit in ("nanoseconds", "microseconds",
-                                                  "milliseconds", "seconds")
+    weighted = isinstance(unit, str) and unit in otlp.TIME_UNITS
     kind = run.meta.get("type")
+    sample_kind = _SAMPLE_KINDS.get(kind, "cpu") if isinstance(kind, str) else "cpu"
     rate = frequency(run)
-    pprof = formats.pprof(stacks, period_ns=1_000_000_000 // rate,
-                          time_ns=start * 1_000_000_000,
-                          duration_ns=(until - start) * 1_000_000_000, comment=run.id)
+    if weighted:  # the same values as the profile, in nanoseconds
+        scale = otlp.TIME_UNITS[str(unit)]
+        pprof = formats.pprof({stack: value * scale for stack, value in stacks.items()},
+                              sample_type=(sample_kind, "nanoseconds"), time_ns=start,
+                              duration_ns=duration, comment=run.id)
+    else:
+        pprof = formats.pprof(stacks, period_ns=1_000_000_000 // rate, time_ns=start,
+                              duration_ns=duration, comment=run.id)
     attributes = {"sidecar_debug.technique": run.technique, "sidecar_debug.run": run.id}
     schedule = run.meta.get("schedule")
     if isinstance(schedule, str) and schedule:
         attributes["sidecar_debug.schedule"] = schedule[:MAX_LABEL_VALUE]
     return otlp.Recording(
         resource=resource_attributes(sink, run), attributes=attributes,
-        profile_id=otlp.profile_id(run.id), time_ns=start * 1_000_000_000,
-        duration_ns=(until - start) * 1_000_000_000, frequency=0 if weighted else rate,
-        unit=str(unit) if weighted else "count",
-        sample_kind=_SAMPLE_KINDS.get(kind, "cpu") if isinstance(kind, str) else "cpu",
-        original_pprof=b"" if weighted else pprof)
+        profile_id=otlp.profile_id(run.id), time_ns=start, duration_ns=duration,
+        frequency=0 if weighted else rate, unit=str(unit) if weighted else "count",
+        sample_kind=sample_kind, original_pprof=pprof)
 
 
-def otlp_http(sink: SinkSettings, run: Run, stacks: Mapping[folded.Stack, int]) -> Request:
-    request = otlp.export_request(stacks, otlp_recording(sink, run, stacks))
+def otlp_export(sink: SinkSettings, run: Run, stacks: Mapping[folded.Stack, int]) -> Request:
+    body = otlp.export_request(stacks, otlp_recording(sink, run, stacks)).SerializeToString()
+    if sink.name == "grpc":
+        return Request("GRPC", sink.url, {otlp.GRPC_VERSION_METADATA: otlp.DEVELOPMENT_VERSION},
+                       body)
     return Request("POST", sink.endpoint(OTLP_PATH),
-                   {"Content-Type": "application/x-protobuf"}, request.SerializeToString())
+                   {"Content-Type": "application/x-protobuf",
+                    otlp.HTTP_VERSION_HEADER: otlp.DEVELOPMENT_VERSION}, body)
 
 
-BUILDERS = {"pyroscope": pyroscope, "parca": parca, "otlp": otlp_http}
+BUILDERS = {"pyroscope": pyroscope, "parca": parca, "otlp": otlp_export}
