@@ -344,3 +344,40 @@ def test_long_or_control_character_names_stay_one_short_line() -> None:
 def test_an_unknown_level_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="level must be one of baseline, restricted"):
         pss.evaluate(pod(), "privileged")  # type: ignore[arg-type]
+
+
+def test_the_registry_refuses_a_broken_registration() -> None:
+    """Issue 27 item 4: a check module registers its CHECK; a duplicate ID, an unknown level, an
+    override of a check that does not exist, or a baseline check replacing another, stops the
+    import rather than run the guard on a wrong list."""
+    from webhook.guard.pss.checks import Check
+    from webhook.guard.pss.registry import validated
+
+    def run(_: Any) -> None:
+        return None
+
+    privileged = Check("privileged", "baseline", run)
+    assert [c.id for c in validated([Check("sysctls", "baseline", run), privileged])] == [
+        "privileged", "sysctls"]
+    for broken, why in (
+        ([privileged, Check("privileged", "restricted", run)], "registered twice"),
+        ([Check("bad id", "baseline", run)], "not a Pod Security check ID"),
+        ([Check("malformed", "baseline", run)], "not a Pod Security check ID"),
+        ([Check("x", "privileged", run)], "unknown level"),  # type: ignore[arg-type]
+        ([Check("x", "restricted", run, ("nothing",))], "overrides unknown check"),
+        ([privileged, Check("x", "baseline", run, ("privileged",))], "may not override"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            validated(broken)
+
+
+def test_every_check_module_registers_its_check() -> None:
+    """Each check_*.py module of the package is in the registry: a new module is not silently
+    left out."""
+    import importlib
+
+    package = Path(pss.__file__).parent
+    modules = sorted(p.stem for p in package.glob("check_*.py"))
+    registered = {importlib.import_module(f"webhook.guard.pss.{m}").CHECK.id for m in modules}
+    assert registered == {c.id for c in pss.CHECKS}
+    assert len(modules) == len(pss.CHECKS) == 19
