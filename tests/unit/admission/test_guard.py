@@ -292,7 +292,7 @@ def test_a_granted_toolset_brought_by_someone_without_the_grant_is_refused(
     response = answer(guard, pod, BOB)
     assert response["allowed"] is False
     message = response["status"]["message"]
-    assert 'violates PodSecurity "baseline:latest"' in message and "privileged" in message
+    assert 'violates PodSecurity "baseline:latest (v1.37)"' in message and "privileged" in message
     assert "To grant it: kubectl create rolebinding sidecar-debug-full-" in message
     assert reason(response) == "toolset-not-granted"
 
@@ -447,7 +447,7 @@ def test_a_policy_rule_or_the_namespace_label_makes_the_level_restricted(
                       clock=lambda: GATE_NOW)
     response = answer(strict, root, BOB)
     assert response["allowed"] is False
-    assert 'violates PodSecurity "restricted:latest"' in response["status"]["message"]
+    assert 'violates PodSecurity "restricted:latest (v1.37)"' in response["status"]["message"]
     cluster.labels[NAMESPACE][constants.LABEL_GUARD] = "restricted"
     labelled = PodGuard(settings, make_gate(settings, cluster), clock=lambda: GATE_NOW)
     assert answer(labelled, root, BOB)["allowed"] is False

@@ -79,7 +79,7 @@ def test_guard_check_agrees_with_each_fixture(path: Path) -> None:
     assert code == 1
     failing = sum(d["metadata"]["annotations"][EXPECT] == "fail" for d in documents)
     assert err == (f"sidecar-debug: {path.name}: {failing} of {len(documents)} pods and pod "
-                   f"templates would be denied at level {level}\n")
+                   f"templates would be denied at level {level}:latest (v1.37)\n")
     assert {a["metadata"]["annotations"].get(CHECK) for a in documents} - {None}
 
 
@@ -100,12 +100,12 @@ def test_the_command_names_file_line_document_workload_field_and_message(
         "spec.template.spec.containers[0].securityContext.privileged: privileged: container "
         '"app" must not set securityContext.privileged=true',
         f"{manifest}:8: document 1, Deployment 'web': would be denied: violates PodSecurity "
-        '"baseline:latest": privileged (container "app" must not set '
+        '"baseline:latest (v1.37)": privileged (container "app" must not set '
         "securityContext.privileged=true)",
     ]
     assert result.stderr.decode() == (
         f"sidecar-debug: {manifest}: 1 of 1 pods and pod templates would be denied at level "
-        "baseline\n")
+        "baseline:latest (v1.37)\n")
 
 
 def test_an_injected_manifest_passes_with_a_note_that_the_grant_is_checked_at_admission() -> None:
@@ -172,7 +172,7 @@ def test_an_unreadable_document_does_not_hide_the_others() -> None:
     code, out, err = check(source)
     assert code == 2  # unreadable wins: the input was not checked whole
     assert "app.yaml:8: document 2, Pod 'p': spec.hostNetwork: host namespaces" in out
-    assert err.endswith("1 of 1 pods and pod templates would be denied at level baseline; "
+    assert err.endswith("1 of 1 pods and pod templates would be denied at level baseline:latest (v1.37); "
                         "1 documents or templates could not be read (above)\n")
 
 
@@ -195,7 +195,7 @@ def test_no_pods_is_nothing_to_deny() -> None:
     code, out, err = check("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n")
     assert (code, out) == (0, "")
     assert err == "sidecar-debug: app.yaml: 0 of 0 pods and pod templates would be denied at " \
-        "level baseline\n"
+        "level baseline:latest (v1.37)\n"
 
 
 def test_help_says_what_the_exit_codes_mean() -> None:

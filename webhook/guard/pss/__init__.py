@@ -2,11 +2,17 @@
 checks them: pure functions on a Pod's plain data.
 
 The checks, their IDs, field semantics and messages follow kubernetes/pod-security-admission's
-`policy/check_*.go` at Kubernetes 1.36, the version its `latest` stands for (policy v1.35):
-host probes (1.34), the `hostUsers: false` relaxations (1.35), `container_engine_t` (1.31), the
-sysctls safe through 1.32, AppArmor fields and annotations, image volumes in restricted. Every
-container kind is checked (initContainers, containers, ephemeralContainers, in that order, as
-PSA visits them), and the pod-level fields.
+`policy/check_*.go` of Kubernetes 1.37, with each check's version history as Pod Security keeps
+it (a check has versions: the policy version from which each implementation applies). `latest`
+is the newest policy version of any check (v1.37: the sysctls `tcp_slow_start_after_idle` and
+`tcp_notsent_lowat`), and so is any newer version asked for; `v1.N` applies the checks as they
+were at N: host probes from 1.34, the `hostUsers: false` relaxations from 1.35,
+`container_engine_t` from 1.31, the sysctls by version (1.27, 1.29, 1.32, 1.37), the Windows
+exemptions from 1.25. AppArmor fields and annotations and image volumes apply at every version
+(PSA patched them into the 1.0 implementations), and a volume with no source is an emptyDir
+(the apiserver defaults it so before admission). Every container kind is checked
+(initContainers, containers, ephemeralContainers, in that order, as PSA visits them), and the
+pod-level fields.
 
 Where the API would refuse a value PSA never sees (a string for a boolean, a list for an
 object, duplicate volume names), the check fails closed: the value is reported, never taken for
@@ -15,13 +21,14 @@ at every level (Kubernetes 1.20's kubelet still honours them), and a Windows pod
 spared only restricted's own additions, never the baseline checks restricted replaces.
 
 `check_pod` returns the violations, each with its check ID, the field path, the container and a
-one-line message; `evaluate` also gives Pod Security's own summary (`violates PodSecurity
-"baseline:latest": privileged (container "x" must not set securityContext.privileged=true)`).
+one-line message; `evaluate` also gives Pod Security's own summary, naming the version applied
+(`violates PodSecurity "baseline:latest (v1.37)": privileged (container "x" must not set
+securityContext.privileged=true)`; `"baseline:v1.20"` when pinned).
 
 The package has the shape of Kubernetes' own `pod-security-admission/policy`: one module per
 check (`check_*.py`, each registering its `CHECK`), the registry that validates and orders them
-(`registry.py`, as `registry.go`), the pod reader (`pod.py`), the findings (`model.py`) and the
-wording (`messages.py`). Callers use what this module exports.
+(`registry.py`, as `registry.go`), the pod reader (`pod.py`), the findings (`model.py`), the
+versions (`version.py`) and the wording (`messages.py`). Callers use what this module exports.
 """
 
 from webhook.guard.pss.check_app_armor_profile import APPARMOR_ANNOTATION_PREFIX
@@ -36,7 +43,6 @@ from webhook.guard.pss.model import (
     LEVELS,
     MALFORMED,
     NO_EXEMPTION,
-    VERSION,
     ContainerRef,
     Exemption,
     Finding,
@@ -44,7 +50,8 @@ from webhook.guard.pss.model import (
     PodSecurityResult,
     Violation,
 )
-from webhook.guard.pss.registry import CHECKS, check_pod, checks_for, evaluate
+from webhook.guard.pss.registry import CHECKS, NEWEST, check_pod, checks_for, evaluate, resolve
+from webhook.guard.pss.version import LATEST, PolicyVersion, Version, parse_version
 
 __all__ = [
     "APPARMOR_ANNOTATION_PREFIX",
@@ -55,7 +62,12 @@ __all__ = [
     "NO_EXEMPTION",
     "SECCOMP_CONTAINER_ANNOTATION_PREFIX",
     "SECCOMP_POD_ANNOTATION",
-    "VERSION",
+    "LATEST",
+    "NEWEST",
+    "PolicyVersion",
+    "Version",
+    "parse_version",
+    "resolve",
     "Check",
     "ContainerRef",
     "Exemption",

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 from typing import Final
 
-from webhook.guard.pss.checks import Check
+from webhook.guard.pss.checks import Check, VersionedCheck
 from webhook.guard.pss.messages import quote, shown
 from webhook.guard.pss.model import Finding, Violation, containers_phrase, finding, violation
 from webhook.guard.pss.pod import PodView
+from webhook.guard.pss.version import v1
 
 
 def check_allow_privilege_escalation(pod: PodView) -> Finding | None:
-    check, reason = "allowPrivilegeEscalation", "allowPrivilegeEscalation != false"
     if pod.windows:  # 1.25: no such thing on Windows
         return None
+    return check_allow_privilege_escalation_1_8(pod)
+
+
+def check_allow_privilege_escalation_1_8(pod: PodView) -> Finding | None:
+    check, reason = "allowPrivilegeEscalation", "allowPrivilegeEscalation != false"
     found: list[Violation] = []
     for c in pod.containers:
         value = c.security.get("allowPrivilegeEscalation")
@@ -30,4 +35,11 @@ def check_allow_privilege_escalation(pod: PodView) -> Finding | None:
     return finding(check, reason, detail, found)
 
 
-CHECK: Final = Check("allowPrivilegeEscalation", "restricted", check_allow_privilege_escalation)
+CHECK: Final = Check(
+    "allowPrivilegeEscalation",
+    "restricted",
+    (
+        VersionedCheck(v1(8), check_allow_privilege_escalation_1_8),
+        VersionedCheck(v1(25), check_allow_privilege_escalation),
+    ),
+)

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from webhook.guard.pss.checks import Check
+from webhook.guard.pss.checks import Check, VersionedCheck
 from webhook.guard.pss.messages import as_text, join_quote, plural, quote, shown
 from webhook.guard.pss.model import Finding, Violation, finding, setters, unique, violation
 from webhook.guard.pss.pod import PodView, annotation_path, written_for_exempted
+from webhook.guard.pss.version import v1
 
 APPARMOR_TYPES: Final = frozenset({"RuntimeDefault", "Localhost"})
 APPARMOR_ANNOTATION_PREFIX: Final = "container.apparmor.security.beta.kubernetes.io/"
@@ -71,4 +72,8 @@ def check_app_armor(pod: PodView) -> Finding | None:
     return finding(check, reason, detail, found)
 
 
-CHECK: Final = Check("appArmorProfile", "baseline", check_app_armor)
+CHECK: Final = Check(
+    "appArmorProfile",
+    "baseline",
+    (VersionedCheck(v1(0), check_app_armor),),
+)

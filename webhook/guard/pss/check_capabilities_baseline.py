@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from webhook.guard.pss.checks import Check
+from webhook.guard.pss.checks import Check, VersionedCheck
 from webhook.guard.pss.messages import as_text, join_quote, quote, shown
 from webhook.guard.pss.model import (
     Finding,
@@ -15,6 +15,7 @@ from webhook.guard.pss.model import (
     violation,
 )
 from webhook.guard.pss.pod import Container, PodView
+from webhook.guard.pss.version import v1
 
 # check_capabilities_baseline.go: the only capabilities baseline lets a container add. Names are
 # compared exactly, as PSA does: `CAP_CHOWN` or `chown` is not `CHOWN`.
@@ -73,4 +74,8 @@ def check_capabilities_baseline(pod: PodView) -> Finding | None:
     return finding(check, reason, detail, found)
 
 
-CHECK: Final = Check("capabilities_baseline", "baseline", check_capabilities_baseline)
+CHECK: Final = Check(
+    "capabilities_baseline",
+    "baseline",
+    (VersionedCheck(v1(0), check_capabilities_baseline),),
+)

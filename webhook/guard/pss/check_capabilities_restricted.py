@@ -8,7 +8,7 @@ from webhook.guard.pss.check_capabilities_baseline import (
     capabilities_added,
     check_capabilities_baseline,
 )
-from webhook.guard.pss.checks import Check
+from webhook.guard.pss.checks import Check, VersionedCheck
 from webhook.guard.pss.messages import join_quote, quote
 from webhook.guard.pss.model import (
     Finding,
@@ -19,15 +19,20 @@ from webhook.guard.pss.model import (
     violation,
 )
 from webhook.guard.pss.pod import PodView
+from webhook.guard.pss.version import v1
 
 RESTRICTED_CAPABILITIES: Final = frozenset({"NET_BIND_SERVICE"})
 CAPABILITY_ALL: Final = "ALL"
 
 
 def check_capabilities_restricted(pod: PodView) -> Finding | None:
-    check, reason = "capabilities_restricted", "unrestricted capabilities"
     if pod.windows:  # 1.25: Windows has no capabilities; baseline's check still applies
         return check_capabilities_baseline(pod)
+    return check_capabilities_restricted_1_22(pod)
+
+
+def check_capabilities_restricted_1_22(pod: PodView) -> Finding | None:
+    check, reason = "capabilities_restricted", "unrestricted capabilities"
     missing: list[Violation] = []
     for c in pod.containers:
         where = f"{c.ref.path}.securityContext.capabilities"
@@ -57,6 +62,9 @@ def check_capabilities_restricted(pod: PodView) -> Finding | None:
 CHECK: Final = Check(
     "capabilities_restricted",
     "restricted",
-    check_capabilities_restricted,
+    (
+        VersionedCheck(v1(22), check_capabilities_restricted_1_22),
+        VersionedCheck(v1(25), check_capabilities_restricted),
+    ),
     ("capabilities_baseline",),
 )

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Final
 
-from webhook.guard.pss.checks import Check
+from webhook.guard.pss.checks import Check, VersionedCheck
 from webhook.guard.pss.messages import set_to, unset_or_false
 from webhook.guard.pss.model import Finding, Violation, finding, violation
 from webhook.guard.pss.pod import PodView
+from webhook.guard.pss.version import v1
 
 
 def check_host_namespaces(pod: PodView) -> Finding | None:
@@ -22,4 +23,8 @@ def check_host_namespaces(pod: PodView) -> Finding | None:
     return finding(check, reason, detail, found)
 
 
-CHECK: Final = Check("hostNamespaces", "baseline", check_host_namespaces)
+CHECK: Final = Check(
+    "hostNamespaces",
+    "baseline",
+    (VersionedCheck(v1(0), check_host_namespaces),),
+)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from webhook.guard.pss.checks import Check
+from webhook.guard.pss.checks import Check, VersionedCheck
 from webhook.guard.pss.messages import join_quote, plural, quote, shown
 from webhook.guard.pss.model import Finding, Violation, finding
 from webhook.guard.pss.pod import PodView
+from webhook.guard.pss.version import v1
 
 
 def check_host_path_volumes(pod: PodView) -> Finding | None:
@@ -30,4 +31,8 @@ def check_host_path_volumes(pod: PodView) -> Finding | None:
     return finding(check, reason, detail, found)
 
 
-CHECK: Final = Check("hostPathVolumes", "baseline", check_host_path_volumes)
+CHECK: Final = Check(
+    "hostPathVolumes",
+    "baseline",
+    (VersionedCheck(v1(0), check_host_path_volumes),),
+)

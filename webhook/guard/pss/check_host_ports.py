@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from webhook.guard.pss.checks import Check
+from webhook.guard.pss.checks import Check, VersionedCheck
 from webhook.guard.pss.messages import as_text, plural, quote, shown
 from webhook.guard.pss.model import (
     Finding,
@@ -15,6 +15,7 @@ from webhook.guard.pss.model import (
     violation,
 )
 from webhook.guard.pss.pod import PodView
+from webhook.guard.pss.version import v1
 
 
 def check_host_ports(pod: PodView) -> Finding | None:
@@ -38,4 +39,8 @@ def check_host_ports(pod: PodView) -> Finding | None:
     return finding(check, reason, detail, found)
 
 
-CHECK: Final = Check("hostPorts", "baseline", check_host_ports)
+CHECK: Final = Check(
+    "hostPorts",
+    "baseline",
+    (VersionedCheck(v1(0), check_host_ports),),
+)

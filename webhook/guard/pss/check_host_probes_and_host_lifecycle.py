@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from webhook.guard.pss.checks import Check
+from webhook.guard.pss.checks import Check, VersionedCheck
 from webhook.guard.pss.messages import as_text, join_quote, plural, quote, shown
 from webhook.guard.pss.model import (
     Finding,
@@ -16,6 +16,7 @@ from webhook.guard.pss.model import (
     violation,
 )
 from webhook.guard.pss.pod import Container, PodView
+from webhook.guard.pss.version import v1
 
 
 def check_host_probes(pod: PodView) -> Finding | None:
@@ -52,4 +53,8 @@ def check_host_probes(pod: PodView) -> Finding | None:
     return finding(check, reason, detail, found)
 
 
-CHECK: Final = Check("hostProbesAndHostLifecycle", "baseline", check_host_probes)
+CHECK: Final = Check(
+    "hostProbesAndHostLifecycle",
+    "baseline",
+    (VersionedCheck(v1(34), check_host_probes),),
+)

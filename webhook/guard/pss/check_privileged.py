@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Final
 
-from webhook.guard.pss.checks import Check
+from webhook.guard.pss.checks import Check, VersionedCheck
 from webhook.guard.pss.messages import quote, set_to, unset_or_false
 from webhook.guard.pss.model import Finding, Violation, containers_phrase, finding, violation
 from webhook.guard.pss.pod import PodView
+from webhook.guard.pss.version import v1
 
 
 def check_privileged(pod: PodView) -> Finding | None:
@@ -27,4 +28,8 @@ def check_privileged(pod: PodView) -> Finding | None:
     return finding(check, reason, detail, found)
 
 
-CHECK: Final = Check("privileged", "baseline", check_privileged)
+CHECK: Final = Check(
+    "privileged",
+    "baseline",
+    (VersionedCheck(v1(0), check_privileged),),
+)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Final
 
 from webhook.guard.pss.check_proc_mount_baseline import proc_mount
-from webhook.guard.pss.checks import Check
+from webhook.guard.pss.checks import Check, VersionedCheck
 from webhook.guard.pss.model import Finding
 from webhook.guard.pss.pod import PodView
+from webhook.guard.pss.version import v1
 
 
 def check_proc_mount_restricted(pod: PodView) -> Finding | None:
@@ -15,5 +16,8 @@ def check_proc_mount_restricted(pod: PodView) -> Finding | None:
 
 
 CHECK: Final = Check(
-    "procMount_restricted", "restricted", check_proc_mount_restricted, ("procMount",)
+    "procMount_restricted",
+    "restricted",
+    (VersionedCheck(v1(35), check_proc_mount_restricted),),
+    ("procMount",),
 )

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Final
 
-from webhook.guard.pss.checks import Check
+from webhook.guard.pss.checks import Check, VersionedCheck
 from webhook.guard.pss.messages import join_quote, plural, quote
 from webhook.guard.pss.model import Finding, Violation, finding
 from webhook.guard.pss.pod import PodView
+from webhook.guard.pss.version import v1
 
 # check_restrictedVolumes.go: the volume sources restricted allows (image since 1.33).
 RESTRICTED_VOLUME_SOURCES: Final = frozenset(
@@ -58,13 +59,15 @@ def check_restricted_volumes(pod: PodView) -> Finding | None:
     for index, name, volume in pod.volumes:
         sources = [k for k, v in volume.items() if k != "name" and v is not None]
         bad = [k for k in sources if k not in RESTRICTED_VOLUME_SOURCES]
-        if sources and not bad:
+        if not bad:
+            # No source at all is an emptyDir: the apiserver defaults it so (SetDefaults_Volume)
+            # before Pod Security admission sees it.
             continue
-        # A volume with no source, or one the API does not know, is "unknown" (as in PSA).
-        named = [k if k in OTHER_VOLUME_SOURCES else "unknown" for k in bad] or ["unknown"]
+        # A source the API does not know is "unknown" (as in PSA).
+        named = [k if k in OTHER_VOLUME_SOURCES else "unknown" for k in bad]
         kinds.update(named)
         text = f"volume {quote(name)} must not use restricted volume type {join_quote(named)}"
-        field_name = bad[0] if bad and isinstance(bad[0], str) else "name"
+        field_name = bad[0] if isinstance(bad[0], str) else "name"
         found.append(
             Violation(
                 check,
@@ -86,5 +89,8 @@ def check_restricted_volumes(pod: PodView) -> Finding | None:
 
 
 CHECK: Final = Check(
-    "restrictedVolumes", "restricted", check_restricted_volumes, ("hostPathVolumes",)
+    "restrictedVolumes",
+    "restricted",
+    (VersionedCheck(v1(0), check_restricted_volumes),),
+    ("hostPathVolumes",),
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from webhook.guard.pss.checks import Check
+from webhook.guard.pss.checks import Check, VersionedCheck
 from webhook.guard.pss.messages import quote, shown
 from webhook.guard.pss.model import (
     Finding,
@@ -15,12 +15,17 @@ from webhook.guard.pss.model import (
     violation,
 )
 from webhook.guard.pss.pod import PodView
+from webhook.guard.pss.version import v1
 
 
 def check_run_as_non_root(pod: PodView) -> Finding | None:
-    check, reason = "runAsNonRoot", "runAsNonRoot != true"
     if pod.user_namespace:  # 1.35: root in a user namespace is not root on the node
         return None
+    return check_run_as_non_root_1_0(pod)
+
+
+def check_run_as_non_root_1_0(pod: PodView) -> Finding | None:
+    check, reason = "runAsNonRoot", "runAsNonRoot != true"
     explicit: list[Violation] = []
     implicit: list[Violation] = []
     pod_value = pod.security.get("runAsNonRoot")
@@ -55,4 +60,11 @@ def check_run_as_non_root(pod: PodView) -> Finding | None:
     return finding(check, reason, detail, implicit)
 
 
-CHECK: Final = Check("runAsNonRoot", "restricted", check_run_as_non_root)
+CHECK: Final = Check(
+    "runAsNonRoot",
+    "restricted",
+    (
+        VersionedCheck(v1(0), check_run_as_non_root_1_0),
+        VersionedCheck(v1(35), check_run_as_non_root),
+    ),
+)

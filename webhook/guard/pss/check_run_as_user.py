@@ -4,16 +4,21 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from webhook.guard.pss.checks import Check
+from webhook.guard.pss.checks import Check, VersionedCheck
 from webhook.guard.pss.messages import quote, shown
 from webhook.guard.pss.model import Finding, Violation, finding, setters, violation
 from webhook.guard.pss.pod import PodView
+from webhook.guard.pss.version import v1
 
 
 def check_run_as_user(pod: PodView) -> Finding | None:
-    check, reason = "runAsUser", "runAsUser=0"
-    if pod.user_namespace:
+    if pod.user_namespace:  # 1.35: root in a user namespace is not root on the node
         return None
+    return check_run_as_user_1_23(pod)
+
+
+def check_run_as_user_1_23(pod: PodView) -> Finding | None:
+    check, reason = "runAsUser", "runAsUser=0"
     found: list[Violation] = []
 
     def root(value: Any) -> bool:
@@ -36,4 +41,11 @@ def check_run_as_user(pod: PodView) -> Finding | None:
     return finding(check, reason, detail, found)
 
 
-CHECK: Final = Check("runAsUser", "restricted", check_run_as_user)
+CHECK: Final = Check(
+    "runAsUser",
+    "restricted",
+    (
+        VersionedCheck(v1(23), check_run_as_user_1_23),
+        VersionedCheck(v1(35), check_run_as_user),
+    ),
+)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from webhook.guard.pss.checks import Check
+from webhook.guard.pss.checks import Check, VersionedCheck
 from webhook.guard.pss.messages import as_text, join_quote, plural, quote, shown
 from webhook.guard.pss.model import (
     ContainerRef,
@@ -17,14 +17,15 @@ from webhook.guard.pss.model import (
     violation,
 )
 from webhook.guard.pss.pod import PodView
+from webhook.guard.pss.version import v1
 
-# check_seLinuxOptions.go (1.31): types a container may run as; user and role must stay empty.
-SELINUX_TYPES: Final = frozenset(
-    {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
-)
+# check_seLinuxOptions.go: types a container may run as (container_engine_t from 1.31); user and
+# role must stay empty.
+SELINUX_TYPES_1_0: Final = frozenset({"", "container_t", "container_init_t", "container_kvm_t"})
+SELINUX_TYPES: Final = SELINUX_TYPES_1_0 | {"container_engine_t"}
 
 
-def check_selinux(pod: PodView) -> Finding | None:
+def check_selinux(pod: PodView, allowed: frozenset[str] = SELINUX_TYPES) -> Finding | None:
     check, reason = "seLinuxOptions", "seLinuxOptions"
     found: list[Violation] = []
     types: set[str] = set()
@@ -36,7 +37,7 @@ def check_selinux(pod: PodView) -> Finding | None:
         bad = False
         kind = options.get("type")
         kind = "" if kind is None else kind  # null is absent, as in the API
-        if not (isinstance(kind, str) and kind in SELINUX_TYPES):
+        if not (isinstance(kind, str) and kind in allowed):
             types.add(as_text(kind))
             text = f"{who} must not set securityContext.seLinuxOptions.type to {shown(kind)}"
             found.append(violation(check, reason, f"{where}.type", text, kind, owner))
@@ -66,4 +67,12 @@ def check_selinux(pod: PodView) -> Finding | None:
     return finding(check, reason, detail, found)
 
 
-CHECK: Final = Check("seLinuxOptions", "baseline", check_selinux)
+def check_selinux_1_0(pod: PodView) -> Finding | None:
+    return check_selinux(pod, SELINUX_TYPES_1_0)
+
+
+CHECK: Final = Check(
+    "seLinuxOptions",
+    "baseline",
+    (VersionedCheck(v1(0), check_selinux_1_0), VersionedCheck(v1(31), check_selinux)),
+)

@@ -1,14 +1,18 @@
-"""seccompProfile_baseline (baseline): seccomp never Unconfined, in fields or annotations."""
+"""seccompProfile_baseline (baseline): seccomp never Unconfined, in fields or annotations.
+
+Pod Security admission reads the annotations below policy v1.19 and the fields from v1.19; the
+guard reads both at every version (stricter, as the package says: a kubelet honours either)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Final
 
-from webhook.guard.pss.checks import Check
+from webhook.guard.pss.checks import Check, VersionedCheck
 from webhook.guard.pss.messages import as_text, join_quote, plural, quote, shown
 from webhook.guard.pss.model import Finding, Violation, finding, setters, unique, violation
 from webhook.guard.pss.pod import Container, PodView, annotation_path, written_for_exempted
+from webhook.guard.pss.version import v1
 
 SECCOMP_TYPES: Final = frozenset({"RuntimeDefault", "Localhost"})
 SECCOMP_POD_ANNOTATION: Final = "seccomp.security.alpha.kubernetes.io/pod"
@@ -105,4 +109,8 @@ def check_seccomp_baseline(pod: PodView) -> Finding | None:
     return finding(check, "seccompProfile", seccomp_detail(found, values, annotations), found)
 
 
-CHECK: Final = Check("seccompProfile_baseline", "baseline", check_seccomp_baseline)
+CHECK: Final = Check(
+    "seccompProfile_baseline",
+    "baseline",
+    (VersionedCheck(v1(0), check_seccomp_baseline),),
+)

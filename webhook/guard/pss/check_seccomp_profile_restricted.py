@@ -10,16 +10,21 @@ from webhook.guard.pss.check_seccomp_profile_baseline import (
     seccomp_annotations,
     seccomp_detail,
 )
-from webhook.guard.pss.checks import Check
+from webhook.guard.pss.checks import Check, VersionedCheck
 from webhook.guard.pss.messages import quote
 from webhook.guard.pss.model import Finding, containers_phrase, finding, violation
 from webhook.guard.pss.pod import PodView
+from webhook.guard.pss.version import v1
 
 
 def check_seccomp_restricted(pod: PodView) -> Finding | None:
-    check = "seccompProfile_restricted"
     if pod.windows:  # 1.25: Windows has no seccomp; baseline's check still applies
         return check_seccomp_baseline(pod)
+    return check_seccomp_restricted_1_19(pod)
+
+
+def check_seccomp_restricted_1_19(pod: PodView) -> Finding | None:
+    check = "seccompProfile_restricted"
     found, values, pod_good, unset = explicit_seccomp(pod, check)
     from_annotations, annotations = seccomp_annotations(pod, check)
     found += from_annotations
@@ -50,6 +55,9 @@ def check_seccomp_restricted(pod: PodView) -> Finding | None:
 CHECK: Final = Check(
     "seccompProfile_restricted",
     "restricted",
-    check_seccomp_restricted,
+    (
+        VersionedCheck(v1(19), check_seccomp_restricted_1_19),
+        VersionedCheck(v1(25), check_seccomp_restricted),
+    ),
     ("seccompProfile_baseline",),
 )

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Final
 
-from webhook.guard.pss.checks import Check
+from webhook.guard.pss.checks import Check, VersionedCheck
 from webhook.guard.pss.messages import quote, set_to, unset_or_false
 from webhook.guard.pss.model import Finding, Violation, finding, setters, unique, violation
 from webhook.guard.pss.pod import PodView
+from webhook.guard.pss.version import v1
 
 
 def check_host_process(pod: PodView) -> Finding | None:
@@ -36,4 +37,8 @@ def check_host_process(pod: PodView) -> Finding | None:
     return finding(check, reason, detail, found)
 
 
-CHECK: Final = Check("windowsHostProcess", "baseline", check_host_process)
+CHECK: Final = Check(
+    "windowsHostProcess",
+    "baseline",
+    (VersionedCheck(v1(0), check_host_process),),
+)

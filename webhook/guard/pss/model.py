@@ -8,14 +8,12 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from webhook.guard.pss.messages import join_quote, plural, quote, shown
+from webhook.guard.pss.version import PolicyVersion
 
 Level = Literal["baseline", "restricted"]
 
 
 LEVELS: Final[tuple[Level, ...]] = ("baseline", "restricted")
-
-
-VERSION: Final = "latest"
 
 
 # Pod Security admission visits containers in this order; messages list them so.
@@ -91,6 +89,7 @@ NO_EXEMPTION: Final = Exemption()
 class PodSecurityResult:
     level: Level
     findings: tuple[Finding, ...]
+    version: PolicyVersion
 
     @property
     def allowed(self) -> bool:
@@ -100,11 +99,17 @@ class PodSecurityResult:
     def violations(self) -> list[Violation]:
         return [v for f in self.findings for v in f.violations]
 
+    @property
+    def policy(self) -> str:
+        """The level and the version applied: `baseline:v1.20`, `restricted:latest (v1.37)`."""
+        return f"{self.level}:{self.version.label()}"
+
     def message(self) -> str:
-        """Pod Security admission's wording, e.g. `violates PodSecurity "baseline:latest":
-        host namespaces (hostNetwork=true), privileged (container "x" must not set ...)`."""
+        """Pod Security admission's wording, with the version the checks applied, e.g.
+        `violates PodSecurity "baseline:latest (v1.37)": host namespaces (hostNetwork=true),
+        privileged (container "x" must not set ...)`."""
         found = ", ".join(str(f) for f in self.findings)
-        return f'violates PodSecurity "{self.level}:{VERSION}": {found}'
+        return f'violates PodSecurity "{self.policy}": {found}'
 
 
 def containers_phrase(refs: Sequence[ContainerRef]) -> str:
