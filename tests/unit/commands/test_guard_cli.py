@@ -172,8 +172,9 @@ def test_an_unreadable_document_does_not_hide_the_others() -> None:
     code, out, err = check(source)
     assert code == 2  # unreadable wins: the input was not checked whole
     assert "app.yaml:8: document 2, Pod 'p': spec.hostNetwork: host namespaces" in out
-    assert err.endswith("1 of 1 pods and pod templates would be denied at level baseline:latest (v1.37); "
-                        "1 documents or templates could not be read (above)\n")
+    assert err.endswith("1 of 1 pods and pod templates would be denied at level "
+                        "baseline:latest (v1.37); 1 documents or templates could not be read "
+                        "(above)\n")
 
 
 def test_an_alias_bomb_is_refused_quickly_by_the_command() -> None:
@@ -203,3 +204,30 @@ def test_help_says_what_the_exit_codes_mean() -> None:
     text = result.stdout.decode()
     assert "Exit 0: every pod would be admitted. 1: at least one would be denied. 2:" in text
     assert run(["guard"]).returncode == 2
+
+
+VERSIONED = Path(__file__).resolve().parents[2] / "fixtures" / "pss-versions"
+
+
+def test_guard_check_applies_the_version_asked_for() -> None:
+    """Issue 26 item 5: `--version v1.N` checks as Pod Security did at N; the summary and the
+    JSON name the version applied. Kubernetes' own fixture: safe sysctls of 1.37."""
+    manifest = str(VERSIONED / "baseline/v1.37/pass/sysctls1.yaml")
+    latest = run(["guard", "check", "-f", manifest])
+    assert latest.returncode == 0, latest.stdout
+    assert latest.stderr.decode().endswith("0 of 1 pods and pod templates would be denied at "
+                                           "level baseline:latest (v1.37)\n")
+    older = run(["guard", "check", "--version", "v1.36", "-f", manifest])
+    assert older.returncode == 1
+    assert ('would be denied: violates PodSecurity "baseline:v1.36": forbidden sysctls '
+            "(net.ipv4.tcp_slow_start_after_idle, net.ipv4.tcp_notsent_lowat)"
+            in older.stdout.decode())
+    report = json.loads(run(["guard", "check", "--version", "v1.36", "-o", "json", "-f",
+                             manifest]).stdout)
+    assert (report["version"], report["denied"]) == ("v1.36", 1)
+
+
+def test_guard_check_refuses_a_version_that_is_not_one() -> None:
+    result = run(["guard", "check", "--version", "1.30", "-f", "-"], stdin=b"kind: Pod\n")
+    assert result.returncode == 2
+    assert "'1.30' is not a Pod Security version: use 'latest' or v1.N" in result.stderr.decode()

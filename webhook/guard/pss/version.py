@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-_PATTERN: Final = re.compile(r"^v1\.(0|[1-9][0-9]{0,3})$")
+_PATTERN: Final = re.compile(r"^v1\.(0|[1-9][0-9]{0,8})$")
 LATEST: Final = "latest"
 
 
