@@ -4,6 +4,7 @@ names them, overriding only baseline checks that exist), and evaluates a level."
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from typing import Any, Final
@@ -127,10 +128,12 @@ def resolve(version: str | Version | None = LATEST) -> PolicyVersion:
     return PolicyVersion(requested, applied)
 
 
+@functools.cache
 def checks_for(level: Level, version: Version = NEWEST) -> tuple[tuple[Check, CheckFn], ...]:
     """The checks of `level` at policy `version`, each with the implementation in force then:
     baseline's, or restricted's with the baseline checks it replaces left out (only where the
-    restricted check applies at that version, as PSA's per-version overrides)."""
+    restricted check applies at that version, as PSA's per-version overrides). Computed once
+    per level and version, as PSA's registry inflates its per-version lists."""
     chosen = [
         (c, run)
         for c in CHECKS
