@@ -335,6 +335,9 @@ class PodGuard:
         level = stricter(settings.guard_level, labels.get(constants.LABEL_GUARD),
                          self.policy.guard_level(namespace, service_account))
         version = namespace_version(labels)
+        if version.problem:
+            log.warning("namespace %r: label %s is invalid: %s", namespace,
+                        constants.LABEL_POD_SECURITY_ENFORCE_VERSION, version.problem)
         return self._check(request, pod, old, namespace, level, ephemeral, version)
 
     def _legacy_pod(

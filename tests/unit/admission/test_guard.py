@@ -549,7 +549,7 @@ def test_an_ephemeral_container_cannot_ride_on_an_annotation_planted_before(
 
 
 def test_the_namespace_enforce_version_label_chooses_the_checks(
-        settings: Settings, cluster: FakeCluster) -> None:
+        settings: Settings, cluster: FakeCluster, caplog: pytest.LogCaptureFixture) -> None:
     """Issue 26 item 5: pod-security.kubernetes.io/enforce-version, read from the namespace as
     the level is. Kubernetes 1.37 made these sysctls safe: a namespace pinned to v1.36 refuses
     them and says which version it applied; an invalid value is read as latest (as Pod
@@ -574,6 +574,8 @@ def test_the_namespace_enforce_version_label_chooses_the_checks(
             "(net.ipv4.tcp_slow_start_after_idle)") in pinned["status"]["message"]
     invalid = review("1.36")
     assert invalid["allowed"] is True
+    assert ("namespace 'shop': label pod-security.kubernetes.io/enforce-version is invalid: "
+            "'1.36' is not a Pod Security version") in caplog.text
     assert invalid["warnings"] == [
         "The namespace label pod-security.kubernetes.io/enforce-version is invalid: '1.36' is "
         "not a Pod Security version: use 'latest' or v1.N (e.g. v1.30); read as latest, as Pod "
