@@ -62,6 +62,9 @@ ON_EXPIRY_ACTIONS: Final = (ON_EXPIRY_REPORT, ON_EXPIRY_EVICT, ON_EXPIRY_STOP)
 LABEL_NAMESPACE_NAME: Final = "kubernetes.io/metadata.name"
 # Namespace label of the Pod Security admission level (a privileged sidecar needs "privileged").
 LABEL_POD_SECURITY_ENFORCE: Final = "pod-security.kubernetes.io/enforce"
+# Namespace label of the Pod Security policy version (`latest` or `v1.N`): the guard applies the
+# checks as they were at that version, as Pod Security admission does.
+LABEL_POD_SECURITY_ENFORCE_VERSION: Final = "pod-security.kubernetes.io/enforce-version"
 
 # Labels and type of the TLS Secret the webhook manages itself (certificatesMode self).
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"

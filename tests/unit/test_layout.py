@@ -17,6 +17,15 @@ ROOT = Path(__file__).resolve().parents[2]
 PURE_CORE = (
     *sorted(f"webhook.inject.{p.stem}" for p in (ROOT / "webhook" / "inject").glob("*.py")),
     *sorted(f"webhook.guard.{p.stem}" for p in (ROOT / "webhook" / "guard").glob("*.py")),
+    "webhook.guard.pss",
+    *sorted(
+        f"webhook.guard.pss.{p.stem}"
+        for p in (ROOT / "webhook" / "guard" / "pss").glob("check_*.py")
+    ),
+    "webhook.guard.pss.messages",
+    "webhook.guard.pss.model",
+    "webhook.guard.pss.pod",
+    "webhook.guard.pss.registry",
     *sorted(f"webhook.render.{p.stem}" for p in (ROOT / "webhook" / "render").glob("*.py")),
     *sorted(f"webhook.schedules.{p.stem}" for p in (ROOT / "webhook" / "schedules").glob("*.py")),
     "webhook.policy.api",
@@ -131,8 +140,13 @@ def import_cycles(modules: tuple[str, ...], root: Path = ROOT) -> list[list[str]
         path = module_file(module, root)
         found = imported_modules(path, root) if path else set()
         edges = {m for m in found if m.startswith("webhook.")}
-        graph[module] = {m for m in edges if module_file(m, root) and m != module
-                         and not (root / m.replace(".", "/") / "__init__.py").is_file()}
+        graph[module] = {
+            m
+            for m in edges
+            if module_file(m, root)
+            and m != module
+            and not (root / m.replace(".", "/") / "__init__.py").is_file()
+        }
         pending.extend(graph[module])
     cycles: list[list[str]] = []
     state: dict[str, int] = {}  # 1 on the current path, 2 done
@@ -141,7 +155,7 @@ def import_cycles(modules: tuple[str, ...], root: Path = ROOT) -> list[list[str]
         state[module] = 1
         for nxt in sorted(graph.get(module, ())):
             if state.get(nxt) == 1:
-                cycles.append([*path[path.index(nxt):], nxt])
+                cycles.append([*path[path.index(nxt) :], nxt])
             elif nxt not in state:
                 visit(nxt, [*path, nxt])
         state[module] = 2

@@ -41,11 +41,14 @@ from webhook.config import Settings
 from webhook.guard.check import GuardResult, evaluate
 from webhook.guard.pss import (
     APPARMOR_ANNOTATION_PREFIX,
+    LATEST,
     SECCOMP_CONTAINER_ANNOTATION_PREFIX,
     SECCOMP_POD_ANNOTATION,
     Level,
+    PolicyVersion,
     Violation,
     quote,
+    resolve,
 )
 from webhook.inject import shape
 from webhook.inject.attach import env_value
@@ -331,7 +334,11 @@ class PodGuard:
                               or "default")
         level = stricter(settings.guard_level, labels.get(constants.LABEL_GUARD),
                          self.policy.guard_level(namespace, service_account))
-        return self._check(request, pod, old, namespace, level, ephemeral)
+        version = namespace_version(labels)
+        if version.problem:
+            log.warning("namespace %r: label %s is invalid: %s", namespace,
+                        constants.LABEL_POD_SECURITY_ENFORCE_VERSION, version.problem)
+        return self._check(request, pod, old, namespace, level, ephemeral, version)
 
     def _legacy_pod(
         self, request: Request, obj: dict[str, Any], old: dict[str, Any], namespace: str
@@ -383,6 +390,7 @@ class PodGuard:
         namespace: str,
         level: str,
         ephemeral: bool,
+        version: PolicyVersion | None = None,
     ) -> Verdict:
         """The pure core's verdict (webhook.guard.check.evaluate) with grants re-derived for
         this request. An UPDATE is refused only for what it adds: a violation the pod already
@@ -420,11 +428,14 @@ class PodGuard:
             return self.policy.allows_image(namespace, service_account, image)
 
         chosen = cast(Level, level)
-        result = evaluate(pod, settings, chosen, lambda p: verdict_for(p).granted, image_allowed)
+        version = version or resolve()
+        result = evaluate(pod, settings, chosen, lambda p: verdict_for(p).granted, image_allowed,
+                          version)
         violations = result.violations
         if request.get("operation") == "UPDATE":
             violations = self._added_violations(old, pod, violations, lambda: evaluate(
-                old, settings, chosen, lambda p: verdict_for(p).granted, image_allowed))
+                old, settings, chosen, lambda p: verdict_for(p).granted, image_allowed,
+                version))
         problems: list[str] = []
         reason = "pod-security"
         if violations:
@@ -432,7 +443,8 @@ class PodGuard:
                     v in result.toolset_violations for v in violations):
                 reason = "toolset"
             summary = (result.message() if request.get("operation") == "CREATE" else
-                       f'violates PodSecurity "{level}:latest" with what the update adds: '
+                       f'violates PodSecurity "{result.pod_security.policy}" with what the '
+                       'update adds: '
                        + "; ".join(v.message for v in violations))
             problems.append(summary)
             for toolset in result.ungranted:
@@ -468,14 +480,17 @@ class PodGuard:
                     "mutating webhook not see this request? Create the pod (or attach) again "
                     "without them")
         label = labels_text(settings, level)
+        said = version_problem(version)
         if problems:
             return _deny(reason, f"sidecar-debug guard refused this: {'; '.join(problems)}. "
-                         f"{label} Fix the fields named, or get the debugging you need through "
-                         "sidecar-debug (a grant for a profile: `sidecar-debug policy explain`).")
+                         f"{label}{' ' + said if said else ''} Fix the fields named, or get the "
+                         "debugging you need through sidecar-debug (a grant for a profile: "
+                         "`sidecar-debug policy explain`).")
         granted = ",".join(f"{t.container.name}={verdicts[t.profile].grant}"
                            for t in result.exempted if t.profile in verdicts)
-        return _allow("allowed", f"meets Pod Security {level}" + (
-            f"; toolsets granted: {granted}" if granted else ""), grant=granted)
+        return _allow("allowed", f"meets Pod Security {result.pod_security.policy}" + (
+            f"; toolsets granted: {granted}" if granted else ""), grant=granted,
+            warnings=[said] if said else [])
 
 
     @staticmethod
@@ -529,6 +544,23 @@ class PodGuard:
 
 def _key(violation: Violation) -> tuple[str, str, str]:
     return (violation.check, violation.field, violation.message)
+
+
+def namespace_version(labels: Mapping[str, Any]) -> PolicyVersion:
+    """The Pod Security policy version the namespace's enforce-version label names (absent:
+    latest). An invalid value is read as latest, as Pod Security admission reads it, and the
+    result carries what was wrong, for the requester's message."""
+    value = labels.get(constants.LABEL_POD_SECURITY_ENFORCE_VERSION)
+    return resolve(LATEST if value is None else value)
+
+
+def version_problem(version: PolicyVersion) -> str:
+    """The sentence that says an invalid enforce-version label was read as latest; empty when
+    the label was fine."""
+    if not version.problem:
+        return ""
+    return (f"The namespace label {constants.LABEL_POD_SECURITY_ENFORCE_VERSION} is invalid: "
+            f"{version.problem} (set it to latest or v1.N).")
 
 
 def labels_text(settings: Settings, level: str) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 from webhook import constants
 from webhook.admission import review as admission
 from webhook.config import Settings
-from webhook.guard.pss import LEVELS
+from webhook.guard.pss import LEVELS, resolve
 from webhook.inject import shape
 from webhook.policy.gate import PolicyGate
 
@@ -103,8 +103,9 @@ def review_namespace(request: admission.Request, engine: PolicyGate) -> admissio
 
 def guard_change(settings: Settings, old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
     """How a change of namespace labels changes what the guard holds: the guard label added,
-    changed or removed, or the opt-in label removed from a namespace it alone put under the
-    guard. Empty when the guard holds the namespace as before."""
+    changed or removed, the Pod Security version of a guarded namespace lowered, or the opt-in
+    label removed from a namespace it alone put under the guard. Empty when the guard holds the
+    namespace as before."""
     old_level, new_level = old.get(constants.LABEL_GUARD), new.get(constants.LABEL_GUARD)
     if old_level != new_level:
         if new_level is None:
@@ -114,6 +115,15 @@ def guard_change(settings: Settings, old: Mapping[str, Any], new: Mapping[str, A
         return f"changing {constants.LABEL_GUARD} from {old_level} to {new_level}"
     opt_in = f"{settings.label_key}={settings.label_enabled}"
     opted_in = old.get(settings.label_key) == settings.label_enabled
+    guarded = new_level is not None or new.get(settings.label_key) == settings.label_enabled
+    version_key = constants.LABEL_POD_SECURITY_ENFORCE_VERSION
+    old_version, new_version = old.get(version_key), new.get(version_key)
+    if guarded and resolve(new_version).applied < resolve(old_version).applied:
+        # The guard applies the namespace's Pod Security version: an older one drops checks
+        # (probe hosts before v1.34, runAsUser before v1.23 in restricted...). A newer one, or
+        # latest, only follows Pod Security forward.
+        return (f"changing {version_key} from {old_version or 'latest (unset)'} to "
+                f"{new_version}, an older Pod Security version for the guard")
     if opted_in and new.get(settings.label_key) != settings.label_enabled and new_level is None:
         # Un-guarded: whatever Pod Security was relaxed to there for the debug sidecar now
         # holds for every pod, and the running sidecars' annotations lose their owner check.
@@ -123,8 +133,9 @@ def guard_change(settings: Settings, old: Mapping[str, Any], new: Mapping[str, A
 
 def review_namespace_guard(request: admission.Request, engine: PolicyGate) -> admission.Review:
     """Validating check on namespaces: only subjects with `use` on debugprofiles
-    `namespace-guard` may add, change or remove the guard label, or remove the opt-in label
-    where that leaves the namespace unguarded. A guard label naming no level is refused."""
+    `namespace-guard` may add, change or remove the guard label, lower the Pod Security version
+    (enforce-version) of a guarded namespace, or remove the opt-in label where that leaves the
+    namespace unguarded. A guard label naming no level is refused."""
     unreadable = _unreadable(request)
     if unreadable is not None:
         return unreadable

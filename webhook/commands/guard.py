@@ -1,4 +1,5 @@
-"""`sidecar-debug guard check -f FILE|- [--level baseline|restricted]`: the guard, offline.
+"""`sidecar-debug guard check -f FILE|- [--level baseline|restricted] [--version v1.N|latest]`:
+the guard, offline.
 
 Every Pod and pod template of workloads (and Lists of them) in a multi-document YAML stream is
 checked as the validating webhook checks it (webhook.guard.check.evaluate): the Pod Security
@@ -20,7 +21,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from webhook import manifest_yaml
+from webhook import constants, manifest_yaml
 from webhook.commands import files, output
 from webhook.commands.errors import EXIT_FAILED, EXIT_USAGE
 from webhook.commands.inject import offline_settings
@@ -74,10 +75,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default="baseline",
         help="Pod Security Standards level (default: baseline, the guard's default)",
     )
+    parser.add_argument(
+        "--version",
+        dest="pss_version",
+        type=_policy_version,
+        default=pss.resolve(),
+        metavar="v1.N|latest",
+        help="Pod Security policy version, as the namespace label "
+        f"{constants.LABEL_POD_SECURITY_ENFORCE_VERSION} names it (default: latest, "
+        f"{pss.NEWEST}; a newer version applies {pss.NEWEST}'s checks)",
+    )
     parser.add_argument("--config", help="settings file, as for `serve` (profiles, image)")
     parser.add_argument("--toolset-image", help="the toolset image the webhook injects")
     output.add_output(parser)
     parser.set_defaults(func=run)
+
+
+def _policy_version(text: str) -> pss.PolicyVersion:
+    """--version: `latest` or `v1.N`; anything else is a usage error that says why (offline,
+    the person can fix it now; the webhook reads a bad namespace label as latest, as PSA)."""
+    try:
+        return pss.resolve(pss.parse_version(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -120,10 +140,12 @@ def check_bytes(
     out: TextIO,
     err: TextIO,
     report: Report | None = None,
+    version: pss.PolicyVersion | None = None,
 ) -> int:
     """Check every pod in `data`; report to `out` (violations) and `err` (what cannot be read,
     the summary), and into `report` (for -o json|yaml). Returns the exit code."""
     report = report if report is not None else Report()
+    version = version or pss.resolve()
     try:
         manifest_yaml.check_encoding(data, name)
     except manifest_yaml.InputError as exc:
@@ -166,7 +188,7 @@ def check_bytes(
                                           "message": f"{found.what}: {found.problem}"})
                 continue
             checked += 1
-            result = check.evaluate(found.pod, settings, level, None)
+            result = check.evaluate(found.pod, settings, level, None, None, version)
             violations: list[dict[str, Any]] = []
             for violation in result.violations:
                 path = found.path + violation.field
@@ -193,7 +215,7 @@ def check_bytes(
         return 0  # no object at all: the caller says so (and fails when no input has one)
     summary = (
         f"sidecar-debug: {name}: {denied} of {checked} pods and pod templates would be "
-        f"denied at level {level}"
+        f"denied at level {level}:{version.label()}"
     )
     if unreadable:
         summary += f"; {unreadable} documents or templates could not be read (above)"
@@ -224,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
     for each in inputs:
         before = report.documents
         codes.append(check_bytes(each.data, each.name, settings, args.level, out, sys.stderr,
-                                 report))
+                                 report, args.pss_version))
         if report.documents == before and not codes[-1] and len(inputs) > 1:
             print(f"sidecar-debug: {each.name}: no objects (the input is empty or only "
                   "comments)", file=sys.stderr)
@@ -237,7 +259,8 @@ def run(args: argparse.Namespace) -> int:
     if not text:
         denied = sum(1 for pod in report.pods if not pod["allowed"])
         output.emit(output.document(
-            "GuardCheck", level=args.level, files=[each.name for each in inputs],
+            "GuardCheck", level=args.level, version=args.pss_version.label(),
+            files=[each.name for each in inputs],
             allowed=code == 0, checked=len(report.pods), denied=denied,
             pods=report.pods, unreadable=report.unreadable), args.output)
     return code

@@ -95,12 +95,14 @@ def evaluate(
     level: pss.Level,
     granted: Granted | None,
     image_allowed: ImageAllowed | None = None,
+    version: pss.PolicyVersion | None = None,
 ) -> GuardResult:
     """The guard's verdict on `pod` at `level`. `granted(profile)` says whether the requester
     (or the pod's service account, as the policy's grant subject says) holds the grant of that
     profile; it is asked at most once per profile, only for verified toolsets whose profile
     needs a grant, and must answer False when it cannot tell (fail closed). None: offline, no
-    grant check. `image_allowed` as in verify_toolsets."""
+    grant check. `image_allowed` as in verify_toolsets. `version`: the Pod Security policy
+    version to apply (default latest)."""
     report = verify_toolsets(pod, settings, image_allowed)
     answers: dict[str, bool] = {}
     exempted: list[Toolset] = []
@@ -122,7 +124,7 @@ def evaluate(
     volumes = frozenset(
         name for t in exempted for name in t.host_volumes if users.get(name, set()) <= containers
     )
-    result = pss.evaluate(pod, level, pss.Exemption(containers, volumes))
+    result = pss.evaluate(pod, level, pss.Exemption(containers, volumes), version)
     return GuardResult(
         level,
         report.toolsets,

@@ -159,8 +159,8 @@ def pod_security_refusal(
 ) -> str:
     """Pod Security's own message when a namespace enforcing `level` would reject a toolset
     container named `container` with this securityContext and these hostPath volumes (name:
-    path) mounted (`violates PodSecurity "restricted:latest": runAsUser=0 (...)`); empty when
-    it would not, and for `privileged`, an unknown or empty level."""
+    path) mounted (`violates PodSecurity "restricted:latest (v1.37)": runAsUser=0 (...)`);
+    empty when it would not, and for `privileged`, an unknown or empty level."""
     chosen = next((known for known in pss.LEVELS if known == level), None)
     if chosen is None:
         return ""

@@ -292,7 +292,7 @@ def test_a_granted_toolset_brought_by_someone_without_the_grant_is_refused(
     response = answer(guard, pod, BOB)
     assert response["allowed"] is False
     message = response["status"]["message"]
-    assert 'violates PodSecurity "baseline:latest"' in message and "privileged" in message
+    assert 'violates PodSecurity "baseline:latest (v1.37)"' in message and "privileged" in message
     assert "To grant it: kubectl create rolebinding sidecar-debug-full-" in message
     assert reason(response) == "toolset-not-granted"
 
@@ -447,7 +447,7 @@ def test_a_policy_rule_or_the_namespace_label_makes_the_level_restricted(
                       clock=lambda: GATE_NOW)
     response = answer(strict, root, BOB)
     assert response["allowed"] is False
-    assert 'violates PodSecurity "restricted:latest"' in response["status"]["message"]
+    assert 'violates PodSecurity "restricted:latest (v1.37)"' in response["status"]["message"]
     cluster.labels[NAMESPACE][constants.LABEL_GUARD] = "restricted"
     labelled = PodGuard(settings, make_gate(settings, cluster), clock=lambda: GATE_NOW)
     assert answer(labelled, root, BOB)["allowed"] is False
@@ -546,3 +546,41 @@ def test_an_ephemeral_container_cannot_ride_on_an_annotation_planted_before(
     # Under another name the annotation is not the new container's: the update passes.
     other = {"name": "other", "image": "busybox", "command": ["sh"]}
     assert guard.review(ephemeral_review(pod, other, BOB, legacy))["response"]["allowed"]
+
+
+def test_the_namespace_enforce_version_label_chooses_the_checks(
+        settings: Settings, cluster: FakeCluster, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 26 item 5: pod-security.kubernetes.io/enforce-version, read from the namespace as
+    the level is. Kubernetes 1.37 made these sysctls safe: a namespace pinned to v1.36 refuses
+    them and says which version it applied; an invalid value is read as latest (as Pod
+    Security admission does) and the answer says so."""
+    pod = app_pod(securityContext={"sysctls": [
+        {"name": "net.ipv4.tcp_slow_start_after_idle", "value": "0"}]})
+
+    def review(version: str | None) -> dict[str, Any]:
+        labels = cluster.labels[NAMESPACE]
+        labels.pop(constants.LABEL_POD_SECURITY_ENFORCE_VERSION, None)
+        if version is not None:
+            labels[constants.LABEL_POD_SECURITY_ENFORCE_VERSION] = version
+        guard = PodGuard(settings, make_gate(settings, cluster), clock=lambda: GATE_NOW)
+        return answer(guard, pod, BOB)
+
+    assert review(None)["allowed"] is True
+    assert review("latest")["allowed"] is True
+    assert review("v1.37")["allowed"] is True
+    pinned = review("v1.36")
+    assert pinned["allowed"] is False
+    assert ('violates PodSecurity "baseline:v1.36": forbidden sysctls '
+            "(net.ipv4.tcp_slow_start_after_idle)") in pinned["status"]["message"]
+    invalid = review("1.36")
+    assert invalid["allowed"] is True
+    assert ("namespace 'shop': label pod-security.kubernetes.io/enforce-version is invalid: "
+            "'1.36' is not a Pod Security version") in caplog.text
+    assert invalid["warnings"] == [
+        "The namespace label pod-security.kubernetes.io/enforce-version is invalid: '1.36' is "
+        "not a Pod Security version: use 'latest' or v1.N (e.g. v1.30); read as latest, as Pod "
+        "Security does (set it to latest or v1.N)."]
+    pod["spec"]["hostNetwork"] = True
+    refused = review("v1.x")["status"]["message"]
+    assert 'violates PodSecurity "baseline:latest (v1.37)": host namespaces' in refused
+    assert "enforce-version is invalid: 'v1.x' is not a Pod Security version" in refused

@@ -159,6 +159,9 @@ def test_through_the_http_route(settings: Settings) -> None:
 GUARD = "sidecar-debug.io/guard"
 
 
+VERSION = "pod-security.kubernetes.io/enforce-version"
+
+
 def guard_review(
     settings: Settings, cluster: FakeCluster, new: dict[str, str] | None,
     old: dict[str, str] | None, operation: str = "UPDATE",
@@ -185,9 +188,17 @@ def guard_review(
          f"changing {GUARD} from restricted to baseline"),
         ("UPDATE", {}, {"debug": "enabled"}, "removing debug=enabled"),
         ("UPDATE", {"debug": "disabled"}, {"debug": "enabled"}, "removing debug=enabled"),
+        # Issue 26 item 5: the guard applies the namespace's Pod Security version; pinning an
+        # older one drops checks (here runAsUser, probe hosts, ...).
+        ("UPDATE", {GUARD: "restricted", VERSION: "v1.20"}, {GUARD: "restricted"},
+         f"changing {VERSION} from latest (unset) to v1.20, an older Pod Security version "
+         "for the guard"),
+        ("UPDATE", {"debug": "enabled", VERSION: "v1.33"}, {"debug": "enabled", VERSION: "v1.34"},
+         f"changing {VERSION} from v1.34 to v1.33, an older Pod Security version for the guard"),
+        ("CREATE", {GUARD: "baseline", VERSION: "v1.0"}, None, f"adding {GUARD}=baseline"),
     ],
     ids=["add", "create-with", "remove", "remove-beside-opt-in", "loosen", "unguard",
-         "unguard-disabled"],
+         "unguard-disabled", "pin-older-version", "lower-version", "create-pinned"],
 )
 def test_changing_what_the_guard_holds_needs_the_namespace_guard_grant(
     settings: Settings, operation: str, new: dict[str, str], old: dict[str, str] | None,
@@ -222,9 +233,14 @@ def test_changing_what_the_guard_holds_needs_the_namespace_guard_grant(
         ("UPDATE", {"debug": "disabled"}, {}),
         ("CREATE", {"team": "a"}, None),
         ("DELETE", None, {GUARD: "restricted"}),
+        ("UPDATE", {GUARD: "baseline"}, {GUARD: "baseline", VERSION: "v1.20"}),  # to latest
+        ("UPDATE", {GUARD: "baseline", VERSION: "v1.30"}, {GUARD: "baseline", VERSION: "v1.20"}),
+        ("UPDATE", {GUARD: "baseline", VERSION: "v1.x"}, {GUARD: "baseline", VERSION: "v1.20"}),
+        ("UPDATE", {"team": "a", VERSION: "v1.0"}, {"team": "a"}),  # not guarded
     ],
     ids=["other-label", "unopen-still-guarded", "open", "still-open", "never-open", "plain",
-         "delete"],
+         "delete", "version-to-latest", "version-newer", "version-invalid-is-latest",
+         "version-unguarded"],
 )
 def test_changes_that_leave_the_guard_as_it_was_need_no_check(
     settings: Settings, operation: str, new: dict[str, str] | None, old: dict[str, str] | None,

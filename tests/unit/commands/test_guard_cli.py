@@ -79,7 +79,7 @@ def test_guard_check_agrees_with_each_fixture(path: Path) -> None:
     assert code == 1
     failing = sum(d["metadata"]["annotations"][EXPECT] == "fail" for d in documents)
     assert err == (f"sidecar-debug: {path.name}: {failing} of {len(documents)} pods and pod "
-                   f"templates would be denied at level {level}\n")
+                   f"templates would be denied at level {level}:latest (v1.37)\n")
     assert {a["metadata"]["annotations"].get(CHECK) for a in documents} - {None}
 
 
@@ -100,12 +100,12 @@ def test_the_command_names_file_line_document_workload_field_and_message(
         "spec.template.spec.containers[0].securityContext.privileged: privileged: container "
         '"app" must not set securityContext.privileged=true',
         f"{manifest}:8: document 1, Deployment 'web': would be denied: violates PodSecurity "
-        '"baseline:latest": privileged (container "app" must not set '
+        '"baseline:latest (v1.37)": privileged (container "app" must not set '
         "securityContext.privileged=true)",
     ]
     assert result.stderr.decode() == (
         f"sidecar-debug: {manifest}: 1 of 1 pods and pod templates would be denied at level "
-        "baseline\n")
+        "baseline:latest (v1.37)\n")
 
 
 def test_an_injected_manifest_passes_with_a_note_that_the_grant_is_checked_at_admission() -> None:
@@ -172,8 +172,9 @@ def test_an_unreadable_document_does_not_hide_the_others() -> None:
     code, out, err = check(source)
     assert code == 2  # unreadable wins: the input was not checked whole
     assert "app.yaml:8: document 2, Pod 'p': spec.hostNetwork: host namespaces" in out
-    assert err.endswith("1 of 1 pods and pod templates would be denied at level baseline; "
-                        "1 documents or templates could not be read (above)\n")
+    assert err.endswith("1 of 1 pods and pod templates would be denied at level "
+                        "baseline:latest (v1.37); 1 documents or templates could not be read "
+                        "(above)\n")
 
 
 def test_an_alias_bomb_is_refused_quickly_by_the_command() -> None:
@@ -195,7 +196,7 @@ def test_no_pods_is_nothing_to_deny() -> None:
     code, out, err = check("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n")
     assert (code, out) == (0, "")
     assert err == "sidecar-debug: app.yaml: 0 of 0 pods and pod templates would be denied at " \
-        "level baseline\n"
+        "level baseline:latest (v1.37)\n"
 
 
 def test_help_says_what_the_exit_codes_mean() -> None:
@@ -203,3 +204,30 @@ def test_help_says_what_the_exit_codes_mean() -> None:
     text = result.stdout.decode()
     assert "Exit 0: every pod would be admitted. 1: at least one would be denied. 2:" in text
     assert run(["guard"]).returncode == 2
+
+
+VERSIONED = Path(__file__).resolve().parents[2] / "fixtures" / "pss-versions"
+
+
+def test_guard_check_applies_the_version_asked_for() -> None:
+    """Issue 26 item 5: `--version v1.N` checks as Pod Security did at N; the summary and the
+    JSON name the version applied. Kubernetes' own fixture: safe sysctls of 1.37."""
+    manifest = str(VERSIONED / "baseline/v1.37/pass/sysctls1.yaml")
+    latest = run(["guard", "check", "-f", manifest])
+    assert latest.returncode == 0, latest.stdout
+    assert latest.stderr.decode().endswith("0 of 1 pods and pod templates would be denied at "
+                                           "level baseline:latest (v1.37)\n")
+    older = run(["guard", "check", "--version", "v1.36", "-f", manifest])
+    assert older.returncode == 1
+    assert ('would be denied: violates PodSecurity "baseline:v1.36": forbidden sysctls '
+            "(net.ipv4.tcp_slow_start_after_idle, net.ipv4.tcp_notsent_lowat)"
+            in older.stdout.decode())
+    report = json.loads(run(["guard", "check", "--version", "v1.36", "-o", "json", "-f",
+                             manifest]).stdout)
+    assert (report["version"], report["denied"]) == ("v1.36", 1)
+
+
+def test_guard_check_refuses_a_version_that_is_not_one() -> None:
+    result = run(["guard", "check", "--version", "1.30", "-f", "-"], stdin=b"kind: Pod\n")
+    assert result.returncode == 2
+    assert "'1.30' is not a Pod Security version: use 'latest' or v1.N" in result.stderr.decode()

@@ -155,7 +155,7 @@ def test_the_message_is_pod_securitys_then_the_toolsets() -> None:
     pod["spec"]["containers"].append({"name": "tools", "image": sidecar(pod)["image"]})
     result = check.evaluate(pod, default_settings(), "baseline", Grants())
     assert result.message() == (
-        'violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true); '
+        'violates PodSecurity "baseline:latest (v1.37)": host namespaces (hostNetwork=true); '
         'container "tools" runs the toolset image (ghcr.io/sidecar-debug/toolset) but is not '
         "the toolset sidecar-debug builds: it names no debug profile (SIDECAR_DEBUG_PROFILE)"
     )

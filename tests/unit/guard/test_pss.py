@@ -119,8 +119,8 @@ def test_the_summary_is_worded_as_pod_security_admission_words_it() -> None:
     )
     result = pss.evaluate(subject, "baseline")
     assert result.message() == (
-        'violates PodSecurity "baseline:latest": non-default capabilities (container "b" must '
-        'not include "SYS_ADMIN" in securityContext.capabilities.add), host namespaces '
+        'violates PodSecurity "baseline:latest (v1.37)": non-default capabilities (container '
+        '"b" must not include "SYS_ADMIN" in securityContext.capabilities.add), host namespaces '
         '(hostNetwork=true, hostPID=true), hostPath volumes (volume "root"), privileged '
         '(containers "a", "b" must not set securityContext.privileged=true)'
     )
@@ -344,3 +344,48 @@ def test_long_or_control_character_names_stay_one_short_line() -> None:
 def test_an_unknown_level_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="level must be one of baseline, restricted"):
         pss.evaluate(pod(), "privileged")  # type: ignore[arg-type]
+
+
+def test_the_registry_refuses_a_broken_registration() -> None:
+    """Issue 27 item 4: a check module registers its CHECK; a duplicate ID, an unknown level,
+    no versions or versions out of order, an override of a check that does not exist, or a
+    baseline check replacing another, stops the import rather than run the guard on a wrong
+    list."""
+    from webhook.guard.pss.checks import Check, VersionedCheck
+    from webhook.guard.pss.registry import validated
+    from webhook.guard.pss.version import v1
+
+    def run(_: Any) -> None:
+        return None
+
+    def at(*minors: int) -> tuple[VersionedCheck, ...]:
+        return tuple(VersionedCheck(v1(m), run) for m in minors)
+
+    privileged = Check("privileged", "baseline", at(0))
+    assert [c.id for c in validated([Check("sysctls", "baseline", at(0, 27)), privileged])] == [
+        "privileged", "sysctls"]
+    for broken, why in (
+        ([privileged, Check("privileged", "restricted", at(0))], "registered twice"),
+        ([Check("bad id", "baseline", at(0))], "not a Pod Security check ID"),
+        ([Check("malformed", "baseline", at(0))], "not a Pod Security check ID"),
+        ([Check("x", "privileged", at(0))], "unknown level"),  # type: ignore[arg-type]
+        ([Check("x", "baseline", ())], "has no version"),
+        ([Check("x", "baseline", at(27, 27))], "strictly increasing"),
+        ([Check("x", "baseline", at(29, 27))], "strictly increasing"),
+        ([Check("x", "restricted", at(0), ("nothing",))], "overrides unknown check"),
+        ([privileged, Check("x", "baseline", at(0), ("privileged",))], "may not override"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            validated(broken)
+
+
+def test_every_check_module_registers_its_check() -> None:
+    """Each check_*.py module of the package is in the registry: a new module is not silently
+    left out."""
+    import importlib
+
+    package = Path(pss.__file__).parent
+    modules = sorted(p.stem for p in package.glob("check_*.py"))
+    registered = {importlib.import_module(f"webhook.guard.pss.{m}").CHECK.id for m in modules}
+    assert registered == {c.id for c in pss.CHECKS}
+    assert len(modules) == len(pss.CHECKS) == 19

@@ -592,7 +592,7 @@ def test_the_restricted_warning_speaks_pod_securitys_words(settings: Settings) -
     [warning] = result.warnings
     assert (
         "which rejects the debug sidecar of profile 'lttng' (it violates PodSecurity "
-        '"restricted:latest": runAsNonRoot != true (container "debug-toolset" must not set '
+        '"restricted:latest (v1.37)": runAsNonRoot != true (container "debug-toolset" must not set '
         "securityContext.runAsNonRoot=false), runAsUser=0"
     ) in warning, warning
     assert "runs as root" not in warning

@@ -92,7 +92,7 @@ def test_a_namespace_level_check_says_what_pod_security_would_say() -> None:
     profiles = default_settings().profiles
     lttng, full = profiles["lttng"], profiles["full"]
     assert pod_security_refusal(lttng.security_context, {}, "restricted", "debug-toolset") == (
-        'violates PodSecurity "restricted:latest": runAsNonRoot != true (container '
+        'violates PodSecurity "restricted:latest (v1.37)": runAsNonRoot != true (container '
         '"debug-toolset" must not set securityContext.runAsNonRoot=false), runAsUser=0 '
         '(container "debug-toolset" must not set runAsUser=0), seccompProfile (pod or container '
         '"debug-toolset" must set securityContext.seccompProfile.type to "RuntimeDefault" or '
@@ -101,7 +101,7 @@ def test_a_namespace_level_check_says_what_pod_security_would_say() -> None:
     for level in ("privileged", "", "Baseline"):
         assert pod_security_refusal(full.security_context, usr_src, level, "x") == ""
     assert pod_security_refusal(full.security_context, usr_src, "baseline", "x") == (
-        'violates PodSecurity "baseline:latest": hostPath volumes (volume '
+        'violates PodSecurity "baseline:latest (v1.37)": hostPath volumes (volume '
         '"sidecar-debug-usr-src"), privileged (container "x" must not set '
         "securityContext.privileged=true)")
     assert pod_security_refusal(lttng.security_context, {}, "baseline", "x") == ""
