@@ -256,6 +256,26 @@ def test_offcpu_and_wall(runtime_images: None, pod_workdir: Path) -> None:
         save("go-wall", {"named_share": wall["named_share"], "events": wall["samples"]})
 
 
+def test_node_offcpu_and_wall_named_as_cpu(runtime_images: None, pod_workdir: Path) -> None:
+    """The demo's app (issue 23, item 8): off-CPU and wall stacks named as well as its CPU
+    stacks (94-95 % on Debian's node: the same two hidden frames per stack), switches copying
+    16 KiB of stack in both, and the pod's account of each phase in wall and CPU seconds."""
+    case = CASES["node"]
+    pod = app_pod(case, podman_pod.unique("rt-nodeoff"))
+    injected = podman_pod.inject(pod, "full", case.runtime, podman_pod.TOOLSET_IMAGE)
+    with podman_pod.played(injected, pod_workdir) as played:
+        played.wait_for_log(r'"rate"')
+        for kind in ("offcpu", "wall"):
+            run = record(played, "--type", kind, out=f"/tmp/fg-node-{kind}")
+            meta = run.meta
+            assert meta["named_share"] >= 0.94, (kind, meta)
+            assert any("fibonacci" in line for line in run.folded.splitlines()), kind
+            assert "16384 B per switch" in meta["callgraph"], meta["callgraph"]
+            assert {"perf", "read", "kernel_symbols", "unwind"} <= set(meta["cpu_seconds"])
+            save(f"node-{kind}", {"named_share": meta["named_share"], "events": meta["samples"],
+                                  "timings": meta["timings"], "cpu_seconds": meta["cpu_seconds"]})
+
+
 def test_python_wall_clock_through_py_spy_and_no_offcpu(runtime_images: None,
                                                        pod_workdir: Path) -> None:
     case = CASES["python3.11"]

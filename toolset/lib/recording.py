@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import time
@@ -79,6 +80,32 @@ class Options:
     frequency: int = 99
     technique: str = "auto"  # auto | perf | py-spy
     progress: Callable[[str], None] = common.log
+
+
+class Phases:
+    """Wall and CPU seconds of each phase of a recording (meta.json `timings` and
+    `cpu_seconds`). CPU counts this process and the children it waited for (perf): on a busy
+    node wall time waits for a CPU, CPU seconds do not."""
+
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+        self._mark()
+
+    @staticmethod
+    def _cpu_now() -> float:
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return time.process_time() + children.ru_utime + children.ru_stime
+
+    def _mark(self) -> None:
+        self._wall, self._cpu = time.monotonic(), self._cpu_now()
+
+    def done(self, name: str) -> None:
+        """The phase since the last one ended (or since the start) is `name`."""
+        wall, cpu = time.monotonic(), self._cpu_now()
+        self.wall[name] = round(self.wall.get(name, 0.0) + wall - self._wall, 3)
+        self.cpu[name] = round(self.cpu.get(name, 0.0) + cpu - self._cpu, 3)
+        self._wall, self._cpu = wall, cpu
 
 
 @dataclass
@@ -213,7 +240,12 @@ def read_perf_map(pid: int) -> stacks_unwind.PerfMap | None:
 
 
 def kallsyms() -> stacks_unwind.Kallsyms | None:
-    table = stacks_unwind.Kallsyms(common.read_text("/proc/kallsyms"))
+    try:
+        with open("/proc/kallsyms", "rb") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    table = stacks_unwind.Kallsyms(text)
     return table if table.starts else None
 
 
@@ -310,7 +342,11 @@ def perf_command(perf: str, options: Options, access: Access, data: str,
     if options.type in ("offcpu", "wall"):
         # Every switch-out of the app's threads, with its stack; --switch-events adds the
         # switch-in times (how long each wait lasted). Software events: no tracefs needed.
-        events += ["-e", "context-switches/period=1/", "--switch-events"]
+        # A switch copies OFFCPU_STACK bytes, also beside wall's bigger cpu-clock copies: a
+        # busy app switches thousands of times in a few seconds, and each copy is the app's
+        # cost while recording and perf.data's size to read after it.
+        terms = "" if frame_pointers else f",call-graph=dwarf,stack-size={OFFCPU_STACK}"
+        events += ["-e", f"context-switches/period=1{terms}/", "--switch-events"]
     # A bigger ring buffer than perf's default (512 KiB per CPU) keeps dwarf samples from being
     # lost where the locked-memory limit allows it (perf_limits.buffer_plan); None: the default.
     buffer = [] if buffer_kib is None else ["-m", f"{buffer_kib}K"]
@@ -347,7 +383,7 @@ def run_perf(options: Options, work: str) -> Run:
         raise RecordingFailed("no-tool", "perf is not installed in this toolset image: use the "
                                          "toolset or toolset-slim image")
     target = options.target
-    began = time.monotonic()
+    phases = Phases()
     access = perf_access(target)
     if access.user_only and options.type != "cpu":
         raise RecordingFailed(
@@ -369,10 +405,9 @@ def run_perf(options: Options, work: str) -> Run:
     data = os.path.join(work, "perf.data")
     plan = perf_limits.buffer_plan(access.facts)
     refused: list[int] = []
-    recording_started = time.monotonic()
+    phases.done("prepare")
     for buffer_kib in plan.sizes:
         command = perf_command(perf, options, access, data, frame_pointers, buffer_kib)
-        recording_started = time.monotonic()
         returncode, stderr = record_once(command, options, merged=False)
         if returncode == 0 and os.path.exists(data):
             break
@@ -383,7 +418,7 @@ def run_perf(options: Options, work: str) -> Run:
                              "buffer per CPU (locked-memory limit): trying half")
             continue
         raise explain_perf_error(stderr, target, access.facts)
-    started = time.monotonic()
+    phases.done("perf")
     if jattach_worked:
         java_perf_map(target)
     perf_map = read_perf_map(target.pid)
@@ -391,7 +426,8 @@ def run_perf(options: Options, work: str) -> Run:
     if unsafe:
         # Read without following links (open_perf_map): a planted link is simply not read.
         warnings.append(f"ignored the app's perf map: {unsafe} (planted by the app?)")
-    folded, unwinder, lost = unwind_file(data, target.pid, opener, perf_map, options)
+    phases.done("perf_map")
+    folded, unwinder, lost = unwind_file(data, target.pid, opener, perf_map, options, phases)
     # binary -> how its frames were unwound ("dwarf-cfi", "frame-pointer", or both joined by +)
     methods = {dso.label: "+".join(sorted(dso.methods))
                for dso in unwinder.dsos.values() if dso.methods}
@@ -410,8 +446,7 @@ def run_perf(options: Options, work: str) -> Run:
         "unwinding": methods,
         # binary -> where its debug symbols came from (debug-dir, debuginfod, ... (cached))
         "debug_symbols": dict(sorted(opener.debuginfo.found.items())),
-        "callgraph": "frame-pointer" if frame_pointers else f"dwarf ({DWARF_STACK} B stack "
-                                                            "copies, frame pointers where no CFI)",
+        "callgraph": "frame-pointer" if frame_pointers else callgraph_text(options.type),
         "user_only": access.user_only,
         # Per CPU, KiB: the size perf ran with, what the locked-memory limit refused or
         # ruled out first, and the limit; lost: samples the kernel could not write.
@@ -420,19 +455,29 @@ def run_perf(options: Options, work: str) -> Run:
                         "limit": perf_limits.limit_text(access.facts), "summary": buffer_line},
         "lost_samples": lost,
         "perf_map_entries": len(perf_map) if perf_map else 0,
-        "unwind_seconds": round(time.monotonic() - started, 3),
-        # Where the time went: before perf started, perf (the recording and its exit), after.
-        "timings": {"prepare": round(recording_started - began, 3),
-                    "perf": round(started - recording_started, 3),
-                    "unwind": round(time.monotonic() - started, 3)},
+        "unwind_seconds": round(sum(seconds for name, seconds in phases.wall.items()
+                                    if name not in ("prepare", "perf")), 3),
+        # Where the time went, wall and CPU seconds: before perf started (prepare), perf (the
+        # recording, its start and exit), the JIT map (perf_map), reading perf.data (read),
+        # the kernel's symbols (kernel_symbols), unwinding, naming and folding (unwind).
+        "timings": phases.wall,
+        "cpu_seconds": phases.cpu,
         "tools": {"perf": tool_version([perf, "version"])},
     }
     return Run(folded, meta, warnings)
 
 
+def callgraph_text(kind: str) -> str:
+    """meta.json `callgraph` of a dwarf recording: the stack bytes copied per event."""
+    copies = {"cpu": f"{DWARF_STACK} B per sample", "offcpu": f"{OFFCPU_STACK} B per switch",
+              "wall": f"{DWARF_STACK} B per sample, {OFFCPU_STACK} B per switch"}[kind]
+    return f"dwarf ({copies} stack copies, frame pointers where no CFI)"
+
+
 def unwind_file(path: str, pid: int, opener: BinaryOpener,
                 perf_map: stacks_unwind.PerfMap | None,
-                options: Options) -> tuple[stacks_unwind.Folded, stacks_unwind.Unwinder, int]:
+                options: Options, phases: Phases | None = None,
+                ) -> tuple[stacks_unwind.Folded, stacks_unwind.Unwinder, int]:
     """The folded stacks, the unwinder (how each binary was unwound), and the samples lost:
     LOST_SAMPLES counts samples only, LOST every record the full ring buffer dropped (the
     two overlap: the larger is the loss)."""
@@ -446,8 +491,11 @@ def unwind_file(path: str, pid: int, opener: BinaryOpener,
     losses = [r for r in records if isinstance(r, perf_data.Lost)]
     lost = max(sum(r.count for r in losses if r.samples_only),
                sum(r.count for r in losses if not r.samples_only))
-    unwinder = stacks_unwind.Unwinder(mappings, opener, perf_map,
-                                      kallsyms() if any(s.kernel for s in samples) else None)
+    phases = phases or Phases()
+    phases.done("read")
+    kernel = kallsyms() if any(s.kernel for s in samples) else None
+    phases.done("kernel_symbols")
+    unwinder = stacks_unwind.Unwinder(mappings, opener, perf_map, kernel)
     folded = stacks_unwind.Folded()
     cpu_samples = [s for s in samples if s.attr.type == 1 and s.attr.config == 0]  # cpu-clock
     switches = [s for s in samples if s.attr.type == 1 and s.attr.config == 3]
@@ -467,6 +515,7 @@ def unwind_file(path: str, pid: int, opener: BinaryOpener,
             state = "[off CPU: preempted, waiting for a CPU]" if wait[1] else "[off CPU: blocked]"
             frames.append(stacks_unwind.Frame(state, None))
             folded.add(frames, max(1, wait[0] // 1000), 1)
+    phases.done("unwind")
     return folded, unwinder, lost
 
 

@@ -101,23 +101,23 @@ class PerfMap:
 
 
 class Kallsyms:
-    def __init__(self, text: str | None) -> None:
-        self.starts: list[int] = []
-        self.names: list[str] = []
-        symbols = []
-        for line in (text or "").splitlines():
-            parts = line.split()
-            if len(parts) >= 3 and parts[1] in "tTwW":
-                address = int(parts[0], 16)
-                if address:
-                    symbols.append((address, parts[2]))
+    """/proc/kallsyms' text symbols. The addresses stay as the file writes them, 16 lower-case
+    hex digits, whose order is their numeric order: one regular expression over the file and
+    one sort, no int() per line (121,000 lines: 0.09 s instead of 0.12 s, far less under
+    contention). A name is decoded when a sample needs it."""
+
+    LINE = re.compile(rb"^([0-9a-f]{16}) [tTwW] (\S+)", re.MULTILINE)
+    HIDDEN = b"0" * 16  # kptr_restrict: every address shows as zero
+
+    def __init__(self, text: bytes | None) -> None:
+        symbols = [found for found in self.LINE.findall(text or b"") if found[0] != self.HIDDEN]
         symbols.sort()
-        self.starts = [a for a, _ in symbols]
-        self.names = [n for _, n in symbols]
+        self.starts = [address for address, _ in symbols]
+        self.names = [name for _, name in symbols]
 
     def lookup(self, address: int) -> str | None:
-        index = bisect.bisect_right(self.starts, address) - 1
-        return self.names[index] if index >= 0 else None
+        index = bisect.bisect_right(self.starts, b"%016x" % address) - 1
+        return self.names[index].decode("utf-8", "replace") if index >= 0 else None
 
 
 def clean_name(name: str) -> str:
@@ -193,15 +193,20 @@ class Stack:
     def __init__(self, base: int, data: bytes, complete: bool = False) -> None:
         self.base = base
         self.data = data
+        # Reads at 8-byte steps from the base (nearly all of them) index the copy as words.
+        self.words = memoryview(data)[: len(data) & ~7].cast("Q")
+        self.last = len(data) - 8
         # The kernel copied less than asked: the copy ends where the stack's mapping ends, so
         # nothing lies beyond it (no "deeper than the copy").
         self.complete = complete
 
     def read(self, address: int) -> int | None:
         offset = address - self.base
-        if 0 <= offset <= len(self.data) - 8:
-            return int(struct.unpack_from("<Q", self.data, offset)[0])
-        return None
+        if offset < 0 or offset > self.last:
+            return None
+        if not offset & 7:
+            return int(self.words[offset >> 3])
+        return int(struct.unpack_from("<Q", self.data, offset)[0])
 
     def beyond(self, address: int) -> bool:
         return address - self.base > len(self.data) - 8
@@ -225,6 +230,9 @@ class Unwinder:
         self.dsos: dict[tuple[str, int], Dso] = {}
         self.kernel_names: dict[int, str] = {}
         self.names: dict[int, Frame] = {}
+        # lookup address -> what one unwinding step needs there (see _step_at)
+        self.steps: dict[int, tuple[Frame, perf_data.Mapping | None, Dso | None,
+                                    elf_frames.Row | None]] = {}
 
     # --- addresses -> binaries -------------------------------------------------------------
 
@@ -332,22 +340,21 @@ class Unwinder:
         stack = Stack(regs[RSP], sample.stack, len(sample.stack) < sample.attr.stack_user)
         frames: list[Frame] = []
         pc = regs[RA]
+        steps = self.steps
         for depth in range(MAX_DEPTH):
             # A return address points after the call: look up the call itself.
             lookup = pc if depth == 0 else pc - 1
-            mapping = self.mapping(lookup)
-            frames.append(self.name_at(lookup, mapping))
-            if mapping is None:
+            step = steps.get(lookup)
+            if step is None:
+                step = steps[lookup] = self._step_at(lookup)
+            frame, mapping, dso, row = step
+            frames.append(frame)
+            if mapping is None or dso is None:
                 if depth:
                     frames[-1] = Frame(
                         "[unwind stopped: a return address outside any mapping]", False)
                 return frames
-            dso = self.dso(mapping)
-            row = None
-            if dso.elf is not None and dso.elf.has_cfi:
-                vaddr = dso.elf.vaddr_of_offset(lookup - mapping.start + mapping.pgoff)
-                row = dso.elf.row(vaddr) if vaddr is not None else None
-            elif depth and dso.jit and frames[-1].name.startswith(PYTHON_TRAMPOLINE):
+            if row is None and depth and dso.jit and frame.name.startswith(PYTHON_TRAMPOLINE):
                 row = TRAMPOLINE_ROW
             if row is not None:
                 dso.methods.add("python-trampoline" if row is TRAMPOLINE_ROW else CFI)
@@ -377,6 +384,22 @@ class Unwinder:
             pc = regs[RA]
         frames.append(Frame(f"[unwind stopped: deeper than {MAX_DEPTH} frames]", False))
         return frames
+
+    def _step_at(self, lookup: int) -> tuple[Frame, perf_data.Mapping | None, Dso | None,
+                                             elf_frames.Row | None]:
+        """The frame at `lookup`, its mapping and binary, and the CFI row in force there:
+        computed once per address (an off-CPU or wall profile unwinds the same few thousand
+        addresses tens of thousands of times)."""
+        mapping = self.mapping(lookup)
+        frame = self.name_at(lookup, mapping)
+        if mapping is None:
+            return frame, None, None, None
+        dso = self.dso(mapping)
+        row = None
+        if dso.elf is not None and dso.elf.has_cfi:
+            vaddr = dso.elf.vaddr_of_offset(lookup - mapping.start + mapping.pgoff)
+            row = dso.elf.row(vaddr) if vaddr is not None else None
+        return frame, mapping, dso, row
 
     @staticmethod
     def _cfi_step(row: elf_frames.Row, regs: dict[int, int], stack: Stack) -> str:

@@ -380,3 +380,49 @@ def test_paranoid_two_without_perfmon_falls_back_to_user_space(
     assert failure.value.reason == "paranoid" and "perf_event_paranoid is 3" in str(failure.value)
     sidecar({"PERFMON", "SYS_PTRACE"}, paranoid="3")
     assert not recording.perf_access(app(common, 10001)).user_only
+
+
+# --- cost of off-CPU and wall recordings (issue 23, item 8) -----------------------------------
+
+def test_kernel_symbols_text_only_hidden_addresses_skipped(lib: dict[str, ModuleType]) -> None:
+    unwind = lib["stacks_unwind"]
+    table = unwind.Kallsyms(b"ffffffff81000000 T _stext\n"
+                            b"ffffffff81000100 d some_data\n"  # data: never a frame
+                            b"ffffffff81000200 t schedule\n"
+                            b"ffffffffc0000000 t ext4_read\t[ext4]\n"
+                            b"0000000000000000 T hidden_by_kptr_restrict\n")
+    assert table.lookup(0xFFFFFFFF81000150) == "_stext"
+    assert table.lookup(0xFFFFFFFF81000200) == "schedule"
+    assert table.lookup(0xFFFFFFFFC0000010) == "ext4_read"
+    assert table.lookup(0x1000) is None
+    # kptr_restrict shows every address as zero: no table, kernel frames stay [kernel].
+    assert not unwind.Kallsyms(b"0000000000000000 T _stext\n0000000000000000 t schedule\n").starts
+
+
+def test_switches_copy_the_off_cpu_stack_size_in_wall_too(lib: dict[str, ModuleType]) -> None:
+    recording = lib["recording"]
+    access = recording.Access(user_only=False, facts=None)  # type: ignore[arg-type]
+
+    def command(kind: str) -> list[str]:
+        options = recording.Options(target=recording.common.Process(
+            1234, "app", ["app"], 0, "", 0), type=kind)
+        return recording.perf_command("perf", options, access, "/tmp/d", False)  # noqa: S108
+
+    switch = f"context-switches/period=1,call-graph=dwarf,stack-size={recording.OFFCPU_STACK}/"
+    wall = command("wall")
+    assert switch in wall and f"dwarf,{recording.DWARF_STACK}" in wall  # cpu-clock: the deep copy
+    assert switch in command("offcpu")
+    assert not any("context-switches" in part for part in command("cpu"))
+    assert "per switch" in recording.callgraph_text("wall")
+
+
+def test_phases_count_the_cpu_of_waited_children(lib: dict[str, ModuleType]) -> None:
+    import subprocess
+    import sys
+
+    phases = lib["recording"].Phases()
+    subprocess.run([sys.executable, "-c", "sum(range(3_000_000))"], check=True)  # noqa: S603
+    phases.done("perf")
+    phases.done("unwind")
+    assert phases.cpu["perf"] > 0.01 and phases.wall["perf"] >= phases.cpu["perf"] / 4
+    assert set(phases.wall) == set(phases.cpu) == {"perf", "unwind"}
