@@ -13,13 +13,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 import urllib.error
 import urllib.request
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,27 +52,6 @@ def node_pod(name: str, namespace: str, app: str, image: str,
                             "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}}}],
         },
     }
-
-
-@pytest.fixture
-def local_volume(full_cluster: Cluster) -> Iterator[str]:
-    """A PersistentVolume of no class for the chart's default claim to bind (the one-node
-    cluster has no provisioner and no default StorageClass, as many on-premises clusters)."""
-    name = f"results-{uuid.uuid4().hex[:6]}"
-    path = Path("/tmp") / f"sidecar-debug-{name}"  # noqa: S108 - the node's own disk
-    path.mkdir(mode=0o777)
-    path.chmod(0o777)  # the service runs as uid 10001; fsGroup does not apply to hostPath
-    apply(full_cluster, {"apiVersion": "v1", "kind": "PersistentVolume",
-                         "metadata": {"name": name},
-                         "spec": {"capacity": {"storage": "2Gi"}, "accessModes": ["ReadWriteOnce"],
-                                  "persistentVolumeReclaimPolicy": "Retain",
-                                  "storageClassName": "",
-                                  "hostPath": {"path": str(path), "type": "Directory"}}})
-    try:
-        yield name
-    finally:
-        full_cluster.kubectl("delete", "pv", name, "--wait=false", check=False)
-        shutil.rmtree(path, ignore_errors=True)
 
 
 class Opened:
