@@ -195,9 +195,9 @@ def test_a_schedule_runs_with_the_charts_defaults_and_no_exec_right(
         assert not [r for r in runs if r["namespace"] == poisoned]
         assert {r["pod"] for r in runs if r["namespace"] == shop} == {"web-0"}
         assert len(events(full_cluster, shop, "ScheduleTechniqueUnavailable")) == 1
-        logs = full_cluster.kubectl("logs", "-n", RELEASE_NAMESPACE,
-                                    f"deployment/{chart_release}-results").stdout
-        assert "Traceback" not in logs
+        service_log = full_cluster.kubectl("logs", "-n", RELEASE_NAMESPACE,
+                                           f"deployment/{chart_release}-results").stdout
+        assert "Traceback" not in service_log
     finally:
         for opener in opened:
             opener.close()
