@@ -21,7 +21,7 @@ from webhook.config import Settings
 
 SECTIONS = ("handler", "guard", "workers", "slow-clients", "scaling", "guard-core", "memory",
             "e2e", "render", "flamegraph", "flamegraph-demo", "fleet", "results-isolation",
-            "results-store")
+            "results-store", "matrix")
 WORKER_CONFIGS = (
     "sync:2,gthread:2x4,balanced:1x4,balanced:2x1,balanced:2x2,balanced:2x4,balanced:2x8,"
     "balanced:3x4,balanced:4x2"
@@ -87,10 +87,13 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
                         help="fleet section: steady-state seconds measured per point")
     parser.add_argument("--store-points", default="10000:10:100,100000:10:1000,100000:1000:10000",
                         help="results-store section: RUNS:NAMESPACES:PODS per point")
+    parser.add_argument("--matrix-seconds", type=int, default=3,
+                        help="matrix section: recording per cell (full cluster, root)")
     parser.add_argument("--no-cluster", action="store_true",
-                        help="skip the e2e section (the only one that needs Kubernetes)")
+                        help="skip the sections that need Kubernetes (e2e, fleet, matrix)")
     parser.add_argument("--reuse-cluster", action="store_true",
-                        help="reuse (and leave running) the bench's own lite cluster")
+                        help="reuse (and leave running) the bench's own lite cluster; matrix: the "
+                        "full cluster `scripts/cluster.sh up` started")
     parser.add_argument("--quick", action="store_true",
                         help="a fast pass: 2 s points, 5k reviews for memory, 30 pods")
     parser.add_argument("--out", type=Path, default=report.RESULTS_DIR)
@@ -129,7 +132,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     served = {"handler", "guard", "workers", "slow-clients", "memory"} & set(sections)
     if served and not loadgen.wrk_available():
         raise SystemExit("wrk is missing: apt-get install wrk (scripts/setup.sh does)")
-    for needs_cluster in ("e2e", "fleet"):
+    for needs_cluster in ("e2e", "fleet", "matrix"):
         if args.no_cluster and needs_cluster in sections:
             sections.remove(needs_cluster)
             _log(f"--no-cluster: skipping the {needs_cluster} section")
@@ -234,6 +237,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
             results["results-store"] = results_store.measure(
                 args.store_points, requests=20 if args.quick else 100, log=_log)
+            save()
+        if "matrix" in sections:
+            from bench import matrix
+
+            _log("matrix: every runtime sample x perf, bcc, full x injected, scheduled, "
+                 "attached on the full cluster")
+            results["matrix"] = matrix.measure(_log, reuse=args.reuse_cluster,
+                                               seconds=args.matrix_seconds)
             save()
         results["meta"]["stub_api_calls"] = stub_api.calls()
     results["json"] = str(save())

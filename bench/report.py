@@ -345,6 +345,15 @@ def render(results: Mapping[str, Any]) -> str:
     elif demo:
         out.append(f"\n7. Flame graph on the demo pod: skipped ({demo['skipped']})")
     out += _store_table(results.get("results-store") or {})
+    cells = results.get("matrix")
+    if cells:
+        from bench import matrix
+
+        out.append(f"\n8. The matrix on the full cluster (docs/techniques.md): named share "
+                   f"(samples) per cell, {cells.get('seconds')} s recordings, the app as uid "
+                   "10001")
+        out.append(_table(["runtime", "profile", "injected", "scheduled", "attached"],
+                          matrix.table(cells)))
     rows = results.get("targets") or []
     if rows:
         out.append("\nTargets")

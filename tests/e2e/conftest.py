@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -291,3 +292,32 @@ def wait_pod_running(cluster: Cluster, namespace: str, name: str,
         return None
 
     return dict(wait_until(running, timeout, f"pod {namespace}/{name} running and ready"))
+
+
+@contextlib.contextmanager
+def results_volume(cluster: Cluster) -> Iterator[str]:
+    """A PersistentVolume of no class for the chart's default results claim to bind (the
+    one-node cluster has no provisioner and no default StorageClass, as many on-premises
+    clusters); removed after."""
+    name = f"results-{uuid.uuid4().hex[:6]}"
+    path = Path("/tmp") / f"sidecar-debug-{name}"  # noqa: S108 - the node's own disk
+    path.mkdir(mode=0o777)
+    path.chmod(0o777)  # the service runs as uid 10001; fsGroup does not apply to hostPath
+    apply(cluster, {"apiVersion": "v1", "kind": "PersistentVolume",
+                    "metadata": {"name": name},
+                    "spec": {"capacity": {"storage": "2Gi"}, "accessModes": ["ReadWriteOnce"],
+                             "persistentVolumeReclaimPolicy": "Retain",
+                             "storageClassName": "",
+                             "hostPath": {"path": str(path), "type": "Directory"}}})
+    try:
+        yield name
+    finally:
+        cluster.kubectl("delete", "pv", name, "--wait=false", check=False)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def local_volume(full_cluster: Cluster) -> Iterator[str]:
+    """The results service's volume (results_volume) for one test."""
+    with results_volume(full_cluster) as name:
+        yield name

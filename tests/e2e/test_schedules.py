@@ -15,13 +15,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 import urllib.error
 import urllib.request
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,27 +54,6 @@ def node_pod(name: str, namespace: str, app: str, image: str,
                             "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}}}],
         },
     }
-
-
-@pytest.fixture
-def local_volume(full_cluster: Cluster) -> Iterator[str]:
-    """A PersistentVolume of no class for the chart's default claim to bind (the one-node
-    cluster has no provisioner and no default StorageClass, as many on-premises clusters)."""
-    name = f"results-{uuid.uuid4().hex[:6]}"
-    path = Path("/tmp") / f"sidecar-debug-{name}"  # noqa: S108 - the node's own disk
-    path.mkdir(mode=0o777)
-    path.chmod(0o777)  # the service runs as uid 10001; fsGroup does not apply to hostPath
-    apply(full_cluster, {"apiVersion": "v1", "kind": "PersistentVolume",
-                         "metadata": {"name": name},
-                         "spec": {"capacity": {"storage": "2Gi"}, "accessModes": ["ReadWriteOnce"],
-                                  "persistentVolumeReclaimPolicy": "Retain",
-                                  "storageClassName": "",
-                                  "hostPath": {"path": str(path), "type": "Directory"}}})
-    try:
-        yield name
-    finally:
-        full_cluster.kubectl("delete", "pv", name, "--wait=false", check=False)
-        shutil.rmtree(path, ignore_errors=True)
 
 
 class Opened:
@@ -220,9 +197,9 @@ def test_a_schedule_runs_with_the_charts_defaults_and_no_exec_right(
         assert not [r for r in runs if r["namespace"] == poisoned]
         assert {r["pod"] for r in runs if r["namespace"] == shop} == {"web-0"}
         assert len(events(full_cluster, shop, "ScheduleTechniqueUnavailable")) == 1
-        logs = full_cluster.kubectl("logs", "-n", RELEASE_NAMESPACE,
-                                    f"deployment/{chart_release}-results").stdout
-        assert "Traceback" not in logs
+        service_log = full_cluster.kubectl("logs", "-n", RELEASE_NAMESPACE,
+                                           f"deployment/{chart_release}-results").stdout
+        assert "Traceback" not in service_log
     finally:
         for opener in opened:
             opener.close()
