@@ -110,8 +110,15 @@ def kubeconfig_with_token(cluster: Cluster, token: str, path: Path) -> Path:
 
 
 def wait_for_account(cluster: Cluster, namespace: str, account: str = "default") -> None:
-    wait_until(lambda: cluster.kubectl("get", "serviceaccount", account, "-n", namespace,
-                                       check=False).returncode == 0, 30, f"{namespace}/{account}")
+    """Until the account has its token Secret: on 1.20 the ServiceAccount admission plugin
+    refuses a pod ("No API token found for service account") before the token controller made
+    it, which under load (the fleet bench's 100 namespaces) comes after the account itself."""
+    def ready() -> bool:
+        found = cluster.kubectl("get", "serviceaccount", account, "-n", namespace,
+                                "-o", "jsonpath={.secrets[0].name}", check=False)
+        return found.returncode == 0 and bool(found.stdout.strip())
+
+    wait_until(ready, 60, f"{namespace}/{account} and its token Secret")
 
 
 @pytest.fixture(scope="module")
