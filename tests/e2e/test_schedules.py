@@ -293,7 +293,9 @@ def test_a_perf_profile_pod_records_as_a_non_root_app_and_a_failing_one_reaches_
         for run in failed:
             assert (run["technique"], run["outcome"], run["reason"]) == (
                 "perf", "failed", "no-target"), run
-            assert "no app process found" in run["message"], run
+            # The crash-looping app is either gone or dies before perf attaches: one reason.
+            assert ("no app process found" in run["message"]
+                    or "exited before perf attached" in run["message"]), run
         status, page = alice.get("/")
         assert status == 200 and page.count('class="run failed"') == 3
 
