@@ -54,16 +54,24 @@ def bench_cluster_dir() -> Path:
 @contextmanager
 def lite_cluster(log: Log, reuse: bool = False) -> Iterator[Any]:
     """The bench's own lite cluster (its own state dir: never another helper's cluster)."""
+    with bench_cluster("lite", log, reuse, bench_cluster_dir() / "lite") as cluster:
+        yield cluster
+
+
+@contextmanager
+def bench_cluster(mode: str, log: Log, reuse: bool,
+                  state_dir: Path | None = None) -> Iterator[Any]:
+    """A cluster of `mode` in `state_dir` (None: the mode's default), started and stopped
+    here; with `reuse`, the one already running there is used and left running."""
     from tests.cluster.cluster import Cluster
 
-    state_dir = bench_cluster_dir() / "lite"
     if reuse:
-        existing = Cluster.attach("lite", state_dir)
+        existing = Cluster.attach(mode, state_dir)
         if existing is not None:
-            log(f"reusing the lite cluster in {state_dir}")
+            log(f"reusing the {mode} cluster" + (f" in {state_dir}" if state_dir else ""))
             yield existing
             return
-    cluster = Cluster("lite", state_dir, log=lambda m: log(f"[cluster] {m}"))
+    cluster = Cluster(mode, state_dir, log=lambda m: log(f"[cluster] {m}"))
     cluster.up()
     try:
         yield cluster

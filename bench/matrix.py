@@ -8,36 +8,17 @@ Needs root and the full cluster: run it under the heavy lock. Starts its own ful
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import e2e
 from tests.e2e import matrix
 
 Log = Callable[[str], None]
-
-
-@contextlib.contextmanager
-def _full_cluster(log: Log, reuse: bool) -> Iterator[Any]:
-    from tests.cluster.cluster import Cluster
-
-    if reuse:
-        existing = Cluster.attach("full")
-        if existing is not None:
-            log("matrix: reusing the running full cluster")
-            yield existing
-            return
-    cluster = Cluster("full", log=lambda m: log(f"[cluster] {m}"))
-    cluster.up()
-    try:
-        yield cluster
-    finally:
-        if not reuse:
-            cluster.down(quiet=True)
 
 
 def measure(log: Log, *, reuse: bool = False, runtimes: tuple[str, ...] = matrix.RUNTIMES,
@@ -46,7 +27,7 @@ def measure(log: Log, *, reuse: bool = False, runtimes: tuple[str, ...] = matrix
         return {"skipped": "the full cluster needs root"}
     from tests.e2e import conftest
 
-    with _full_cluster(log, reuse) as cluster, \
+    with e2e.bench_cluster("full", log, reuse) as cluster, \
             tempfile.TemporaryDirectory(prefix="sidecar-debug-matrix-") as tmp:
         for image in (conftest.WEBHOOK_IMAGE, conftest.TOOLSET_IMAGE,
                       *matrix.sample_images(runtimes)):

@@ -107,10 +107,16 @@ def matrix_pod(runtime: str, profile: str, namespace: str, seconds: int) -> dict
         "sidecar-debug.io/profile": profile,
         SCHEDULE: json.dumps({"cron": "* * * * *", "duration": f"{seconds}s",
                               "frequency": FREQUENCY})})
+    return _small(pod, APP_CPU)
+
+
+def _small(pod: dict[str, Any], cpu_limit: str) -> dict[str, Any]:
+    """The app from the node's images, limited to `cpu_limit` (so that the matrix's pods fit
+    on 2 cores), gone a second after its delete."""
     app = pod["spec"]["containers"][0]
     app["imagePullPolicy"] = "Never"
     app["resources"] = {"requests": {"cpu": "5m", "memory": "32Mi"},
-                        "limits": {"cpu": APP_CPU}}
+                        "limits": {"cpu": cpu_limit}}
     pod["spec"]["terminationGracePeriodSeconds"] = 1
     return pod
 
@@ -121,12 +127,7 @@ def attach_pod(runtime: str, namespace: str) -> dict[str, Any]:
     pod = app_pod(CASES[runtime], pod_name(runtime, "attach"))
     pod["metadata"]["namespace"] = namespace
     pod["metadata"]["labels"]["debug"] = "disabled"
-    app = pod["spec"]["containers"][0]
-    app["imagePullPolicy"] = "Never"
-    app["resources"] = {"requests": {"cpu": "5m", "memory": "32Mi"},
-                        "limits": {"cpu": ATTACH_APP_CPU}}
-    pod["spec"]["terminationGracePeriodSeconds"] = 1
-    return pod
+    return _small(pod, ATTACH_APP_CPU)
 
 
 def sample_images(runtimes: Iterable[str]) -> list[str]:

@@ -221,44 +221,31 @@ class Store:
                   meta: Mapping[str, Any] | None = None) -> Run:
         """save() of stacks already written as folded text (format_stacks's, with their
         total and hottest functions: the results service reads pushes in another process)."""
-        check_namespace(namespace)
-        check_pod(pod)
-        check_technique(technique)
-        started = utc(started)
-        pod_dir = self.root / namespace / pod
-        pod_dir.mkdir(parents=True, exist_ok=True)
-        record: dict[str, Any] = dict(meta or {})
-        record.update({
-            "namespace": namespace,
-            "pod": pod,
-            "technique": technique,
-            "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        return self._place(namespace, pod, technique, utc(started), meta, text, {
             "samples": samples,
             "hottest": [[name, count] for name, count in hottest],
         })
-        return self._place(pod_dir, technique, started, record, text)
 
     def save_failure(self, namespace: str, pod: str, technique: str, *, started: datetime,
                      reason: str, message: str, meta: Mapping[str, Any] | None = None) -> Run:
         """Store a failed recording: its metadata, `outcome` failed, the reason and message."""
+        return self._place(namespace, pod, technique, utc(started), meta, None, {
+            "samples": 0, "outcome": FAILED, "reason": reason, "message": message,
+        })
+
+    def _place(self, namespace: str, pod: str, technique: str, started: datetime,
+               meta: Mapping[str, Any] | None, stacks_text: str | None,
+               fields: Mapping[str, Any]) -> Run:
+        """Check the names, then write the run (meta.json: `meta`, the run's names and start,
+        then `fields`) into a hidden directory and rename it into place, complete."""
         check_namespace(namespace)
         check_pod(pod)
         check_technique(technique)
-        started = utc(started)
         pod_dir = self.root / namespace / pod
         pod_dir.mkdir(parents=True, exist_ok=True)
         record: dict[str, Any] = dict(meta or {})
-        record.update({
-            "namespace": namespace, "pod": pod, "technique": technique,
-            "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"), "samples": 0,
-            "outcome": FAILED, "reason": reason, "message": message,
-        })
-        return self._place(pod_dir, technique, started, record, None)
-
-    def _place(self, pod_dir: Path, technique: str, started: datetime,
-               record: dict[str, Any], stacks_text: str | None) -> Run:
-        """Write the run into a hidden directory and rename it into place, complete."""
-        namespace, pod = pod_dir.parent.name, pod_dir.name
+        record.update({"namespace": namespace, "pod": pod, "technique": technique,
+                       "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"), **fields})
         staging = pod_dir / f".incoming-{secrets.token_hex(6)}"
         staging.mkdir()
         try:

@@ -5,31 +5,13 @@ names them, overriding only baseline checks that exist), and evaluates a level."
 from __future__ import annotations
 
 import functools
+import importlib
+import pkgutil
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, Final
 
-from webhook.guard.pss import (
-    check_allow_privilege_escalation,
-    check_app_armor_profile,
-    check_capabilities_baseline,
-    check_capabilities_restricted,
-    check_host_namespaces,
-    check_host_path_volumes,
-    check_host_ports,
-    check_host_probes_and_host_lifecycle,
-    check_privileged,
-    check_proc_mount_baseline,
-    check_proc_mount_restricted,
-    check_restricted_volumes,
-    check_run_as_non_root,
-    check_run_as_user,
-    check_se_linux_options,
-    check_seccomp_profile_baseline,
-    check_seccomp_profile_restricted,
-    check_sysctls,
-    check_windows_host_process,
-)
 from webhook.guard.pss.checks import Check, CheckFn
 from webhook.guard.pss.model import (
     LEVELS,
@@ -79,30 +61,18 @@ def validated(checks: Iterable[Check]) -> tuple[Check, ...]:
     return tuple(sorted(found.values(), key=lambda c: c.id))
 
 
-CHECKS: Final[tuple[Check, ...]] = validated(
-    module.CHECK
-    for module in (
-        check_allow_privilege_escalation,
-        check_app_armor_profile,
-        check_capabilities_baseline,
-        check_capabilities_restricted,
-        check_host_namespaces,
-        check_host_path_volumes,
-        check_host_ports,
-        check_host_probes_and_host_lifecycle,
-        check_privileged,
-        check_proc_mount_baseline,
-        check_proc_mount_restricted,
-        check_restricted_volumes,
-        check_run_as_non_root,
-        check_run_as_user,
-        check_se_linux_options,
-        check_seccomp_profile_baseline,
-        check_seccomp_profile_restricted,
-        check_sysctls,
-        check_windows_host_process,
-    )
-)
+def _registered() -> Iterable[Check]:
+    """The CHECK of every `check_*` module of this package (a new check module is registered
+    by being there, as PSA's `init()` registrations)."""
+    for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        if module.name.startswith("check_"):
+            check = importlib.import_module(f"{__package__}.{module.name}").CHECK
+            if not isinstance(check, Check):
+                raise ValueError(f"{module.name}.CHECK is not a Check")
+            yield check
+
+
+CHECKS: Final[tuple[Check, ...]] = validated(_registered())
 
 
 # The newest policy version of any check: `latest`, and every newer version, apply it (as PSA's
