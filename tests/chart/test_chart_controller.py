@@ -1,4 +1,5 @@
-"""The controller's Deployment (templates/controller.yaml); its RBAC is in test_chart_rbac.py."""
+"""The controller's Deployment (templates/controller-deployment.yaml); its RBAC is in
+test_chart_rbac.py."""
 
 from __future__ import annotations
 

@@ -411,7 +411,7 @@ def test_other_service_account_names_are_bound() -> None:
 # ---------------------------------------------------------------- the controller (issue 13)
 
 CONTROLLER_SA = f"{FULLNAME}-controller"
-# The controller's own roles (templates/controller.yaml), each for one purpose.
+# The controller's own roles (templates/controller-rbac.yaml), each for one purpose.
 CONTROLLER_PURPOSES = {
     "controller-leader-election", "controller-pod-reader", "controller-namespace-reader",
     "controller-events", "controller-eviction", "controller-schedule-checks",

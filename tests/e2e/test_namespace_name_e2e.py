@@ -55,7 +55,7 @@ class Webhook:
 
         rendered = self.cluster.helm(
             "template", "sidecar-debug", str(CHART), "--kube-version", kube_version,
-            "--show-only", "templates/validatingwebhookconfiguration.yaml",
+            "--show-only", "templates/webhook-validating-webhook.yaml",
         ).stdout  # fmt: skip
         hooks = [hook for hook in yaml.safe_load(rendered)["webhooks"]
                  if hook["name"] in ENTRIES]  # fmt: skip

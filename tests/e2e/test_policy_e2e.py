@@ -528,7 +528,7 @@ def _chart_guard_label_gate(cluster: Cluster, ca_pem: bytes) -> dict[str, Any]:
 
     rendered = cluster.helm(
         "template", "sidecar-debug", str(CHART),
-        "--show-only", "templates/validatingwebhookconfiguration.yaml",
+        "--show-only", "templates/webhook-validating-webhook.yaml",
     ).stdout  # fmt: skip
     hooks = [hook for hook in yaml.safe_load(rendered)["webhooks"]
              if hook["name"].startswith("namespace-guard")]  # fmt: skip

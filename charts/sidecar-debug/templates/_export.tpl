@@ -1,6 +1,6 @@
 {{- /*
 Export of stored runs to Grafana Pyroscope, Parca and OpenTelemetry (OTLP profiles) (docs/exports.md), in the container that
-stores runs (templates/results.yaml, the results service): SIDECAR_DEBUG_EXPORT carries
+stores runs (templates/results-deployment.yaml, the results service): SIDECAR_DEBUG_EXPORT carries
 results.export as JSON (webhook/results/export/settings.py checks it at start-up), and each
 sink's existingSecret is mounted read-only at /etc/sidecar-debug/export/<sink>/; with
 networkPolicy.enabled, the results NetworkPolicy lets it out to each sink's URL port (to

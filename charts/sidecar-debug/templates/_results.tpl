@@ -1,7 +1,7 @@
 {{- /*
 The results service (issue 19): its names, where the toolsets reach it, the audience their
 projected tokens are bound to, and where its serving certificate comes from in each
-certificates mode. templates/results.yaml renders the workload; the webhook's settings
+certificates mode. The results-*.yaml templates render the workload; the webhook's settings
 (resultsUrl, resultsAudience, resultsServiceName) come from here too.
 */ -}}
 {{- define "sidecar-debug.resultsName" -}}

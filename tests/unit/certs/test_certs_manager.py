@@ -214,7 +214,8 @@ def test_missing_secret_is_an_error_that_says_how_to_recreate_it() -> None:
 
 
 def test_empty_secret_matches_the_charts() -> None:
-    chart = Path(__file__).resolve().parents[3] / "charts/sidecar-debug/templates/tls-secret.yaml"
+    templates = Path(__file__).resolve().parents[3] / "charts/sidecar-debug/templates"
+    chart = templates / "webhook-tls-secret.yaml"
     text = chart.read_text()
     body = rotation.empty_secret(NS, SECRET)
     assert f"type: {body['type']}" in text
