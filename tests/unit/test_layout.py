@@ -180,3 +180,82 @@ def test_the_cycle_check_finds_a_type_checking_cycle(tmp_path: Path) -> None:
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from webhook.a import A\n"
     )
     assert import_cycles(("webhook.a",), tmp_path) == [["webhook.a", "webhook.b", "webhook.a"]]
+
+
+# The session subcommands: one module each, sharing only `common` (issue 27: `sessions` and
+# `trap` imported each other, and trap the private `_run`).
+SESSION_COMMANDS = "webhook.commands.sessions"
+
+
+def reached_modules(start: str, root: Path = ROOT) -> set[str]:
+    """The webhook modules `start` imports, directly or through other webhook modules."""
+    reached: set[str] = set()
+    pending = [start]
+    while pending:
+        path = module_file(pending.pop(), root)
+        for imported in sorted(imported_modules(path, root) if path else ()):
+            if imported.startswith("webhook") and imported not in reached:
+                reached.add(imported)
+                pending.append(imported)
+    return reached
+
+
+def sibling_imports(package: str, root: Path = ROOT) -> list[str]:
+    """'a -> b' for each module a of `package` that reaches its sibling b, except the siblings'
+    `common`; `common` and the package's __init__ reach none."""
+    directory = root / package.replace(".", "/")
+    modules = sorted(f"{package}.{p.stem}" for p in directory.glob("*.py") if p.stem != "__init__")
+    found: list[str] = []
+    for module in [package, *modules]:
+        allowed = {f"{package}.common"} if module not in (package, f"{package}.common") else set()
+        reached = reached_modules(module, root)
+        found += [f"{module} -> {m}" for m in modules if m in reached - allowed - {module}]
+    return found
+
+
+def test_the_session_commands_import_only_common() -> None:
+    assert module_file(f"{SESSION_COMMANDS}.common") is not None, "moved: update SESSION_COMMANDS"
+    assert sibling_imports(SESSION_COMMANDS) == []
+
+
+def test_the_sibling_check_sees_lazy_and_indirect_imports(tmp_path: Path) -> None:
+    package = tmp_path / "webhook" / "commands"
+    package.mkdir(parents=True)
+    for init in ("webhook/__init__.py", "webhook/commands/__init__.py"):
+        (tmp_path / init).write_text("")
+    (package / "common.py").write_text("")
+    (package / "a.py").write_text("from webhook.commands import common\n")
+    (package / "b.py").write_text("def later():\n    from webhook import helper\n")
+    (tmp_path / "webhook" / "helper.py").write_text("from webhook.commands import a\n")
+    assert sibling_imports("webhook.commands", tmp_path) == ["webhook.commands.b -> "
+                                                             "webhook.commands.a"]
+
+
+# Files named alike in the CLI, the controller, the toolset's executables and CI (the `trap`,
+# `flamegraph` and `run` of two trees each, issue 27): a name says which file it is. `-` and `_`
+# count as one (results-agent, results_agent); packages' __init__ are not names.
+NAMED_TREES = (("webhook/commands", "**/*.py"), ("webhook/controller", "**/*.py"),
+               ("toolset/bin", "*"), (".ci", "*"))
+
+
+def file_names(root: Path = ROOT) -> dict[str, list[str]]:
+    """Each name (a file's stem, `-` as `_`) -> the files of NAMED_TREES that have it."""
+    names: dict[str, list[str]] = {}
+    for tree, pattern in NAMED_TREES:
+        for path in sorted((root / tree).glob(pattern)):
+            if path.is_file() and path.stem != "__init__" and "__pycache__" not in path.parts:
+                name = path.stem.replace("-", "_")
+                names.setdefault(name, []).append(str(path.relative_to(root)))
+    return names
+
+
+def test_command_controller_toolset_and_ci_file_names_are_unique() -> None:
+    repeated = {name: paths for name, paths in file_names().items() if len(paths) > 1}
+    assert repeated == {}, "rename one: these names each say two files"
+
+
+def test_no_webhook_module_is_named_like_a_toolset_executable_or_a_ci_script() -> None:
+    modules = {p.stem.replace("-", "_") for p in (ROOT / "webhook").rglob("*.py")}
+    scripts = {p.name.replace("-", "_"): str(p.relative_to(ROOT))
+               for tree in ("toolset/bin", ".ci") for p in (ROOT / tree).iterdir() if p.is_file()}
+    assert sorted(path for name, path in scripts.items() if name in modules) == []

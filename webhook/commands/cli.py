@@ -17,8 +17,15 @@ from webhook.commands import errors
 from webhook.commands import policy as policy_cli
 from webhook.commands import render as render_cli
 from webhook.commands import results as results_cli
-from webhook.commands import sessions as session_cli
 from webhook.commands import version as version_cli
+from webhook.commands.sessions import (
+    attach_cli,
+    doctor_cli,
+    flamegraph_cli,
+    sessions_cli,
+    trace_cli,
+    trap_cli,
+)
 
 
 def program_name(argv0: str | None = None) -> str:
@@ -42,8 +49,9 @@ def build_parser(prog: str = "sidecar-debug") -> argparse.ArgumentParser:
     from webhook.commands import inject as inject_cli
     from webhook.commands import serve as serve_cli
 
-    for module in (serve_cli, inject_cli, guard_cli, certs_cli, policy_cli, session_cli,
-                   results_cli, controller_cli, render_cli, version_cli, completion_cli):
+    for module in (serve_cli, inject_cli, guard_cli, certs_cli, policy_cli, flamegraph_cli,
+                   trace_cli, doctor_cli, attach_cli, trap_cli, sessions_cli, results_cli,
+                   controller_cli, render_cli, version_cli, completion_cli):
         module.register(subparsers)
     errors.add_epilog(parser)
     return parser

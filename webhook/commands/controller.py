@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     from webhook import logs
     from webhook.config import load_settings
     from webhook.controller.lease import Timing
-    from webhook.controller.run import Controller, Options, StartError
+    from webhook.controller.loop import Controller, Options, StartError
     from webhook.kube.access import KubernetesClusterAPI
     from webhook.kube.client import api_client
     from webhook.policy.gate import load_policy_engine

@@ -12,8 +12,8 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from tests.unit.controller.fake import NOW, attached_container, injected, pod, running
-from webhook.commands import sessions as sessions_cli
 from webhook.commands.cli import main
+from webhook.commands.sessions import sessions_cli
 from webhook.kube import client as kube
 from webhook.sessions import session as sessions
 

@@ -164,7 +164,7 @@ def _trap_args(tmp_path: Path) -> argparse.Namespace:
 def test_cli_runs_trap_in_the_toolset_and_stores_the_run(tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]
                                                          ) -> None:
-    from webhook.commands import trap as trap_cli
+    from webhook.commands.sessions import trap_cli
     from webhook.results.store import Store
 
     args = _trap_args(tmp_path)
@@ -210,7 +210,7 @@ HOSTILE_TRIGGERS = [
 @pytest.mark.parametrize(("data", "why"), HOSTILE_TRIGGERS)
 def test_hostile_trigger_json_is_refused_in_one_line(data: bytes, why: str,
                                                      tmp_path: Path) -> None:
-    from webhook.commands import trap as trap_cli
+    from webhook.commands.sessions import trap_cli
     from webhook.results.store import Store
     from webhook.sessions.session import SessionError
 
@@ -228,12 +228,12 @@ def test_hostile_trigger_json_is_refused_in_one_line(data: bytes, why: str,
 def test_trap_shows_the_pods_summary_without_its_escape_sequences(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import webhook.commands.sessions as command_sessions
     from webhook.commands import cli
+    from webhook.commands.sessions import common
 
     summary = b"trap: cpu reached 90 %\n  50.0%  \x1b]0;owned\x07\x1b[2Jfib\rfake line\n"
     session = FakeSession(summary, b"[" * 5000)
-    monkeypatch.setattr(command_sessions, "_session", lambda args: session)
+    monkeypatch.setattr(common, "session", lambda args: session)
     code = cli.main(["trap", "web-1", "--cpu", "80", "-o", str(tmp_path / "out"),
                      "--results-dir", str(tmp_path)])
     captured = capsys.readouterr()

@@ -16,16 +16,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from webhook.commands.sessions import common
 from webhook.sessions import copyback
 from webhook.sessions import session as sessions
 
 TECHNIQUE = "perf-trap"
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], *,
-             parents: list[argparse.ArgumentParser]) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "trap", parents=parents,
+        "trap", parents=common.recording_options(),
         help="record until the app's CPU or CPU pressure crosses a threshold; keep the "
         "seconds before it",
         description="perf records the app into an overwrite ring buffer (memory, not disk) "
@@ -209,10 +209,8 @@ def parse_trigger(data: bytes) -> dict[str, Any]:
 
 
 def _trap(args: argparse.Namespace) -> int:
-    from webhook.commands.sessions import _run
-
     problem = usage_problem(args)
     if problem:
         print(f"sidecar-debug trap: {problem}", file=sys.stderr)
         return sessions.EXIT_USAGE
-    return _run(args, lambda session: trap(session, args))
+    return common.run(args, lambda session: trap(session, args))

@@ -14,7 +14,7 @@ from tests.unit.controller.fake import FakeApi, injected
 from webhook import constants
 from webhook.controller import metrics
 from webhook.controller.lease import Timing
-from webhook.controller.run import Controller, Options
+from webhook.controller.loop import Controller, Options
 from webhook.policy.model import RuleSettings
 
 NS, LEASE = "sidecar-debug", "sd-controller"
