@@ -322,7 +322,7 @@ def _decode_bundle(value: str | None) -> bytes:
 
 
 def empty_secret(namespace: str, name: str) -> dict[str, Any]:
-    """The Secret the chart creates for `self` mode (templates/tls-secret.yaml): the type and the
+    """The Secret the chart creates for `self` mode (templates/webhook-tls-secret.yaml): the type and the
     keys a kubernetes.io/tls Secret must have, all empty, for the webhook to fill."""
     return {
         "apiVersion": "v1",
