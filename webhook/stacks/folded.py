@@ -2,17 +2,18 @@
 
 One line per distinct stack: frames from the root to the leaf joined by `;`, a space, the number
 of samples (`main;compute;fib 37`), as Brendan Gregg's stackcollapse scripts and perf's own
-flamegraph report write them. Parsing is strict about what it keeps and clear about what it
-refuses: a line that is not `STACK COUNT` names its line number.
+flamegraph report write them. `parse` (what pods push, what the store keeps) is strict about
+what it keeps and clear about what it refuses: a line that is not `STACK COUNT` names its line
+number.
 
 The differential form (difffolded.pl's) is `STACK COUNT_BEFORE COUNT_AFTER`; a differential
 flame graph takes its shape from the second profile and its colour from the difference.
 
-Files that people have are read by `decode`, as flamegraph.pl reads them (stackcollapse-*.pl,
-perf script + stackcollapse, py-spy `--format raw`, async-profiler's collapsed output): a line
-with no frames (` 2`, py-spy's idle samples: counted under the root), fractional counts
-(`a;b 0.5`), empty frames (`a;;b 1`, kept as frames with an empty name), CRLF line ends, and
-bytes that are not UTF-8 (replaced by U+FFFD, and the page says so).
+Files that people have are read by `decode` (refusals are InputError), as flamegraph.pl reads
+them (stackcollapse-*.pl, perf script + stackcollapse, py-spy `--format raw`, async-profiler's
+collapsed output): a line with no frames (` 2`, py-spy's idle samples: counted under the root),
+fractional counts (`a;b 0.5`), empty frames (`a;;b 1`, kept as frames with an empty name), CRLF
+line ends, and bytes that are not UTF-8 (replaced by U+FFFD, and the page says so).
 """
 
 from __future__ import annotations
