@@ -27,7 +27,7 @@ from typing import Any
 
 from tests.cluster.cluster import Cluster
 from webhook.render.model import named_share
-from webhook.results import folded
+from webhook.stacks import folded
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "demo"

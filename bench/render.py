@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook import render
-from webhook.render import inputs
-from webhook.results import folded
+from webhook.stacks import InputError, detect, folded
 
 TARGET_MS = 1000.0  # "well under a second" for 50k stacks, from folded text to HTML
 HOSTILE_CPU_MS = 5000.0  # an 8 MB hostile file, read or refused (it once took 100 s)
@@ -84,8 +83,8 @@ def hostile_inputs(size_mb: float = 8.0) -> list[dict[str, Any]]:
         tracemalloc.start()
         began = time.process_time()
         try:
-            outcome = f"{len(inputs.load(data).stacks)} stacks"
-        except inputs.InputError as error:
+            outcome = f"{len(detect.load(data).stacks)} stacks"
+        except InputError as error:
             outcome = f"refused: {str(error)[:60]}"
         cpu_ms = (time.process_time() - began) * 1000
         _, peak = tracemalloc.get_traced_memory()

@@ -28,11 +28,10 @@ from werkzeug.serving import make_server
 from tests.browser.cdp import Browser, chromium_path
 from tests.browser.flame import act, click, frames, tooltips, visible
 from webhook.commands.cli import main
-from webhook.render import inputs
-from webhook.results import folded
 from webhook.results.store import Store
 from webhook.results.web import create_app
 from webhook.sessions.session import write_flamegraph
+from webhook.stacks import Stack, detect, folded
 
 pytestmark = pytest.mark.skipif(chromium_path() is None,
                                 reason="chromium is not installed (scripts/setup.sh)")
@@ -67,7 +66,7 @@ document.addEventListener("securitypolicyviolation",
 SCRIPT = (Path(__file__).resolve().parents[2] / "webhook" / "render" / "flamegraph.js").read_text()
 
 
-def hostile_stacks() -> dict[folded.Stack, int]:
+def hostile_stacks() -> dict[Stack, int]:
     stacks = {("main", "handler", name): 10 + i for i, name in enumerate(HOSTILE)}
     stacks[("main", "handler", HOSTILE[3])] = 30  # wide enough for its label to show it
     stacks[("main", "fib")] = 40
@@ -240,9 +239,9 @@ def test_downloads_are_the_profile(page: Browser) -> None:
         got[name] = path.read_bytes()
     assert sorted(got) == ["web.folded", "web.pb.gz", "web.speedscope.json"]
     assert folded.parse(got["web.folded"].decode()) == expected
-    speedscope = inputs.load(got["web.speedscope.json"])
+    speedscope = detect.load(got["web.speedscope.json"])
     assert speedscope.format == "speedscope" and speedscope.stacks == expected
-    pprof = inputs.load(got["web.pb.gz"])
+    pprof = detect.load(got["web.pb.gz"])
     assert pprof.format == "pprof" and pprof.stacks == expected
     assert gzip.decompress(got["web.pb.gz"])
     if shutil.which("go"):  # an independent reader

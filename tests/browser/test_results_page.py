@@ -14,9 +14,9 @@ from werkzeug.serving import make_server
 
 from tests.browser.cdp import Browser, chromium_path
 from tests.browser.flame import click, frames
-from webhook.results import folded
 from webhook.results.store import Store
 from webhook.results.web import create_app
+from webhook.stacks import folded
 
 pytestmark = pytest.mark.skipif(chromium_path() is None,
                                 reason="chromium is not installed (scripts/setup.sh)")

@@ -13,8 +13,8 @@ import pytest
 
 from tests.runtime import podman_pod
 from tests.runtime.podman_pod import PlayedPod
-from webhook.results import folded
 from webhook.results.bpftrace import collapse_bpftrace
+from webhook.stacks import folded
 
 pytestmark = [pytest.mark.runtime, pytest.mark.timeout(900)]
 

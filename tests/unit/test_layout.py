@@ -1,8 +1,12 @@
 """Layering: the pure core (injection, the guard, the policy model and privilege rule, profiles,
-constants, settings, the flame graph renderer) imports neither the Kubernetes client nor the
-server (nor Flask) nor webhook.kube nor the AdmissionReview wire layer (webhook.admission), not
-even lazily or through another module. Offline `inject`, `guard check`, `render` and the unit
-tests rely on that, and it keeps the core testable without a cluster."""
+constants, settings, the flame graph renderer, the profile formats) imports neither the
+Kubernetes client nor the server (nor Flask) nor webhook.kube nor the AdmissionReview wire layer
+(webhook.admission), not even lazily or through another module. Offline `inject`, `guard check`,
+`render` and the unit tests rely on that, and it keeps the core testable without a cluster.
+
+The profile formats (webhook.stacks) are at the bottom: they import nothing else of the
+project's. The renderer (webhook.render) stands on them alone (and on webhook.jsonio, a leaf
+that imports nothing of the project's): not on the results service that also uses them."""
 
 from __future__ import annotations
 
@@ -12,8 +16,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# Every module of webhook/inject, webhook/guard, webhook/render and webhook/schedules (a new one
-# is covered without editing this list), plus these.
+# Every module of webhook/inject, webhook/guard, webhook/render, webhook/stacks and
+# webhook/schedules (a new one is covered without editing this list), plus these.
 PURE_CORE = (
     *sorted(f"webhook.inject.{p.stem}" for p in (ROOT / "webhook" / "inject").glob("*.py")),
     *sorted(f"webhook.guard.{p.stem}" for p in (ROOT / "webhook" / "guard").glob("*.py")),
@@ -27,6 +31,7 @@ PURE_CORE = (
     "webhook.guard.pss.pod",
     "webhook.guard.pss.registry",
     *sorted(f"webhook.render.{p.stem}" for p in (ROOT / "webhook" / "render").glob("*.py")),
+    *sorted(f"webhook.stacks.{p.stem}" for p in (ROOT / "webhook" / "stacks").glob("*.py")),
     *sorted(f"webhook.schedules.{p.stem}" for p in (ROOT / "webhook" / "schedules").glob("*.py")),
     "webhook.policy.api",
     "webhook.policy.model",
@@ -164,6 +169,72 @@ def import_cycles(modules: tuple[str, ...], root: Path = ROOT) -> list[list[str]
         if module not in state:
             visit(module, [module])
     return cycles
+
+
+def project_imports(start: str, root: Path = ROOT) -> dict[str, tuple[str, ...]]:
+    """Every webhook module `start` reaches through its imports (lazy and indirect ones too),
+    each with the chain that reaches it."""
+    reached: dict[str, tuple[str, ...]] = {}
+    stack: list[tuple[str, tuple[str, ...]]] = [(start, (start,))]
+    while stack:
+        module, chain = stack.pop()
+        if module in reached:
+            continue
+        reached[module] = chain
+        path = module_file(module, root)
+        if path is None:
+            continue
+        for imported in sorted(imported_modules(path, root)):
+            if imported.startswith("webhook.") and imported not in reached:
+                stack.append((imported, (*chain, imported)))
+    return reached
+
+
+def imports_outside(start: str, allowed: tuple[str, ...], root: Path = ROOT) -> list[str]:
+    """Import chains from `start` to a webhook module that is not under one of `allowed`."""
+    return sorted(
+        " -> ".join(chain)
+        for module, chain in project_imports(start, root).items()
+        if not any(module == a or module.startswith(a + ".") for a in allowed)
+    )
+
+
+STACKS = sorted(f"webhook.stacks.{p.stem}" for p in (ROOT / "webhook" / "stacks").glob("*.py"))
+RENDER = sorted(f"webhook.render.{p.stem}" for p in (ROOT / "webhook" / "render").glob("*.py"))
+LEAVES = ("webhook.jsonio",)  # imported by the renderer: they import nothing of the project's
+
+
+@pytest.mark.parametrize("module", STACKS)
+def test_stacks_import_nothing_of_the_project_above_them(module: str) -> None:
+    assert imports_outside(module, ("webhook.stacks",)) == []
+
+
+@pytest.mark.parametrize("module", RENDER)
+def test_the_renderer_imports_only_the_stacks(module: str) -> None:
+    assert imports_outside(module, ("webhook.render", "webhook.stacks", *LEAVES)) == []
+
+
+@pytest.mark.parametrize("module", LEAVES)
+def test_the_renderers_leaves_import_nothing_of_the_project(module: str) -> None:
+    assert imports_outside(module, (module,)) == []
+
+
+def test_the_import_rules_see_lazy_and_indirect_imports(tmp_path: Path) -> None:
+    package = tmp_path / "webhook"
+    (package / "stacks").mkdir(parents=True)
+    (package / "results").mkdir()
+    for init in (package / "__init__.py", package / "stacks" / "__init__.py",
+                 package / "results" / "__init__.py"):
+        init.write_text("")
+    (package / "stacks" / "pprof.py").write_text("from webhook.stacks import folded\n")
+    (package / "stacks" / "folded.py").write_text(
+        "def later():\n    from webhook.results import store\n"
+    )
+    (package / "results" / "store.py").write_text("")
+    assert imports_outside("webhook.stacks.pprof", ("webhook.stacks",), tmp_path) == [
+        "webhook.stacks.pprof -> webhook.stacks.folded -> webhook.results",
+        "webhook.stacks.pprof -> webhook.stacks.folded -> webhook.results.store",
+    ]
 
 
 def test_the_pure_core_has_no_import_cycles() -> None:

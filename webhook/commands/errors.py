@@ -96,7 +96,7 @@ ERRORS: dict[str, ExitRule] = {
                                                                     "invalid export settings"),
     "webhook.kube.client.KubeConfigError": ExitRule(EXIT_USAGE, "Kubernetes configuration"),
     "webhook.inject.workloads.InjectError": ExitRule(EXIT_FAILED, ""),
-    "webhook.render.inputs.InputError": ExitRule(EXIT_USAGE, ""),
+    "webhook.stacks.InputError": ExitRule(EXIT_USAGE, ""),
     "webhook.commands.files.InputsError": ExitRule(EXIT_USAGE, ""),
     "webhook.certs.pki.CertificateError": ExitRule(EXIT_FAILED, "certificates"),
     "webhook.kube.secrets.ConflictError": ExitRule(EXIT_FAILED, "conflict (retry)"),

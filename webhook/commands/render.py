@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from webhook import render
-from webhook.render import inputs
+from webhook.stacks import InputError, Loaded, detect
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,25 +36,25 @@ def _read(name: str) -> bytes:
         return sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
     except OSError as error:
         where = "stdin" if name == "-" else name
-        raise inputs.InputError(f"cannot read {where}: {error.strerror or error}") from None
+        raise InputError(f"cannot read {where}: {error.strerror or error}") from None
 
 
-def _load(name: str) -> inputs.Loaded:
+def _load(name: str) -> Loaded:
     data = _read(name)
     try:
-        return inputs.load(data)
-    except inputs.InputError as error:
-        raise inputs.InputError(f"{'stdin' if name == '-' else name}: {error}") from None
+        return detect.load(data)
+    except InputError as error:
+        raise InputError(f"{'stdin' if name == '-' else name}: {error}") from None
 
 
 def _render(args: argparse.Namespace) -> int:
     after = _load(args.stacks)
     before = _load(args.diff) if args.diff else None
     if before is not None and before.unit != after.unit:
-        raise inputs.InputError(
+        raise InputError(
             f"{args.diff} counts {before.unit} ({before.format}) and {args.stacks} counts "
             f"{after.unit} ({after.format}): a differential graph compares profiles of one unit")
-    meta = inputs.read_meta(_read(args.meta), args.meta) if args.meta else {}
+    meta = render.read_meta(_read(args.meta), args.meta) if args.meta else {}
     repaired = [f"{name}: {warning}" for name, loaded in (
         ("stdin" if args.stacks == "-" else args.stacks, after), (args.diff, before))
         if loaded is not None for warning in loaded.warnings]

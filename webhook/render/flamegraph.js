@@ -421,7 +421,7 @@
         startValue: 0, endValue: root.v, samples: stacks, weights: data.counts}]
     });
   }
-  // profile.proto (github.com/google/pprof proto/profile.proto), as webhook/results/formats.py
+  // profile.proto (github.com/google/pprof proto/profile.proto), as webhook/stacks/pprof.py
   // writes it: one function and one location per frame name, locations leaf first.
   function pprof() {
     var out = [];

@@ -10,6 +10,7 @@ addresses (`0x7f3a...`) are unnamed.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import defaultdict
@@ -19,21 +20,18 @@ from itertools import chain, count, repeat
 from operator import mul
 from typing import Any, TypeGuard
 
-from webhook.results.folded import Stack
+from webhook.stacks import Stack, spell_unit
 
 # The toolset's convention: what it cannot name it brackets ([unknown], [libuv.so.1.0.0],
 # [unwind stopped: ...], [vdso]); other tools write <unknown>, ?? or a bare address.
 _UNNAMED = re.compile(r"\[.*|<unknown>|\?\?|0x[0-9a-fA-F]+|[0-9a-fA-F]{8,16}", re.S)
 MAX_NOTES = 20
-_UNITS = {"count": "samples", "samples": "samples", "microseconds": "\u00b5s", "us": "\u00b5s",
-          "\u00b5s": "\u00b5s", "\u03bcs": "\u00b5s", "nanoseconds": "ns", "ns": "ns",
-          "milliseconds": "ms", "ms": "ms", "seconds": "s", "s": "s", "bytes": "bytes",
-          "byte": "bytes", "b": "bytes"}
 # Units of time, in seconds; a weighted profile's amounts are shown in the largest unit of
 # which they hold one or more (4.31 s, not 4310000000 ns).
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "\u00b5s": 1e-6, "ns": 1e-9}
 _BYTES = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 MAX_TEXT = 500  # characters of one fact or note shown
+MAX_META = 1 << 20  # bytes of a run's meta.json read
 
 
 @dataclass(frozen=True)
@@ -160,13 +158,6 @@ class Profile:
             :MAX_NOTES]
 
 
-def spell_unit(unit: str) -> str:
-    """A unit of counts as the page spells it: `count` is samples, time units short."""
-    if not unit.strip():
-        return "samples"
-    return _UNITS.get(unit.strip().lower(), _text(unit)[:40])
-
-
 def _number(value: Any) -> TypeGuard[int | float]:
     return (isinstance(value, int | float) and not isinstance(value, bool)
             and math.isfinite(value))
@@ -249,3 +240,23 @@ def summary(profile: Profile, *, hottest: int = 0) -> list[str]:
                       else f"computed from the frame names, weighted by {weighted_by(unit)}")
         lines.append(f"{'named frames:':<15}{100 * named.share:.1f} % ({source})")
     return lines
+
+
+def read_meta(data: bytes | None, where: str = "meta.json") -> dict[str, Any]:
+    """A run's meta.json as a dict; unreadable metadata does not stop the graph: it becomes a
+    warning on the page."""
+    if data is None:
+        return {}
+    problem = ""
+    if len(data) > MAX_META:
+        problem = f"larger than {MAX_META} bytes"
+    else:
+        try:
+            meta = json.loads(data)
+        except (ValueError, RecursionError) as error:
+            problem = f"not JSON ({str(error)[:100]})"
+        else:
+            if isinstance(meta, dict):
+                return meta
+            problem = "not a JSON object"
+    return {"warnings": [f"{where} is ignored: {problem}"]}

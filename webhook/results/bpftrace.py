@@ -11,11 +11,11 @@ characters, quadratic in its length; issue 24.)
 
 from __future__ import annotations
 
-from webhook.results import folded
+from webhook.stacks import MAX_COUNT, Stack, folded
 
 _HEX = frozenset("0123456789abcdef")
 _DIGITS = frozenset("0123456789")
-_MAX_COUNT_DIGITS = len(str(folded.MAX_COUNT))
+_MAX_COUNT_DIGITS = len(str(MAX_COUNT))
 
 
 def _strip_address(name: str) -> str:
@@ -82,18 +82,18 @@ def _entry_end(line: str) -> tuple[str, int] | None:
     if colon < 2 or line[colon - 2:colon] != "]:":
         return None
     text = line[digits:].lstrip("0")
-    count = int(text) if len(text) <= _MAX_COUNT_DIGITS else folded.MAX_COUNT + 1
+    count = int(text) if len(text) <= _MAX_COUNT_DIGITS else MAX_COUNT + 1
     return line[:colon - 2], count
 
 
 def collapse_bpftrace(text: str, limits: folded.Limits = folded.NO_LIMITS
-                      ) -> dict[folded.Stack, int]:
+                      ) -> dict[Stack, int]:
     """bpftrace's printed map `@[kstack, ustack, comm]: count` -> folded stacks
     (comm;user frames root first;kernel frames root first, kernel frames marked _[k]).
     Each entry is `@[` + the frames of each stack, elements separated by lines that start
     with `,` (`@[, ` when the kernel stack is empty), ending with `, comm]: count`."""
     folded.check_text(text)
-    stacks: dict[folded.Stack, int] = {}
+    stacks: dict[Stack, int] = {}
     samples = 0
     elements: list[list[str]] = []
     frames_in_entry = 0
@@ -135,8 +135,8 @@ def collapse_bpftrace(text: str, limits: folded.Limits = folded.NO_LIMITS
             frames += [_frame(f, True) for f in reversed(kernel) if f.strip()]
             key = tuple(frames)
             limits.check_frames(key, number)
-            if count > folded.MAX_COUNT:
-                raise folded.TooLarge(f"line {number}: count of more than {folded.MAX_COUNT}")
+            if count > MAX_COUNT:
+                raise folded.TooLarge(f"line {number}: count of more than {MAX_COUNT}")
             if count:
                 samples = limits.add(stacks, key, count, samples, number)
             continue

@@ -25,8 +25,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
-from webhook.results import folded
 from webhook.results.bpftrace import collapse_bpftrace
+from webhook.stacks import folded
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from werkzeug.exceptions import HTTPException
 from webhook import constants, jsonio
 from webhook.errors import Refused
 from webhook.policy.model import duration_seconds
-from webhook.results import failures, folded, metrics
+from webhook.results import failures, metrics
 from webhook.results.auth import POD_HEADER, AgentIdentity, Authenticator, AuthError
 from webhook.results.export import Exporters
 from webhook.results.mirror import Mirror
@@ -47,6 +47,7 @@ from webhook.results.store import Run, Store, StoreError
 from webhook.results.web import create_app
 from webhook.schedules import plan as plans
 from webhook.schedules.spec import Schedule
+from webhook.stacks import MAX_DEPTH, folded
 
 log = logging.getLogger(__name__)
 
@@ -463,7 +464,7 @@ class Service:
         except folded.TooLarge as error:
             self._refuse(ticket, 413, "too-large", f"stacks refused: {error} (a push of "
                          f"{ticket.duration} s at {ticket.frequency} Hz may hold {most} "
-                         f"samples, {MAX_STACKS} distinct stacks of {folded.MAX_DEPTH} frames, "
+                         f"samples, {MAX_STACKS} distinct stacks of {MAX_DEPTH} frames, "
                          f"{MAX_FRAME_CHARS} characters a frame)")
         except folded.FoldedError as error:
             metrics.RUNS.labels(technique=ticket.technique, outcome="failed",

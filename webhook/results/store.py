@@ -38,8 +38,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from webhook.results import folded
 from webhook.results.index import Page, Query, RunIndex
+from webhook.stacks import Stack, folded
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class Run:
             return 0, []
         return folded.total(stacks), folded.hottest(stacks, 10)
 
-    def stacks(self) -> dict[folded.Stack, int]:
+    def stacks(self) -> dict[Stack, int]:
         if self.failed:
             raise StoreError(f"run {self.id} failed ({self.reason}): it recorded no stacks")
         path = self.path / FOLDED_NAME
@@ -208,7 +208,7 @@ class Store:
     # --- writing ----------------------------------------------------------------------------------
 
     def save(self, namespace: str, pod: str, technique: str,
-             stacks: Mapping[folded.Stack, int], *, started: datetime,
+             stacks: Mapping[Stack, int], *, started: datetime,
              meta: Mapping[str, Any] | None = None) -> Run:
         """Store one run; the folded stacks are written as given, the metadata completed with
         the names, start time, sample count and hottest functions."""

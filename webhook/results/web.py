@@ -24,7 +24,6 @@ from urllib.parse import urlencode
 from flask import Flask, Response, abort, g, render_template_string, request
 
 from webhook import constants, render
-from webhook.results import folded, formats
 from webhook.results.auth import AuthError
 from webhook.results.index import DEFAULT_PAGE, MAX_PAGE, Page, Query, QueryError, parse_moment
 from webhook.results.store import (
@@ -35,6 +34,7 @@ from webhook.results.store import (
     check_pod,
     check_technique,
 )
+from webhook.stacks import Stack, folded, pprof, speedscope
 
 # The list of runs and the error pages run no script; flame graph pages send their own policy.
 CSP = ("default-src 'none'; script-src 'none'; style-src 'self' 'unsafe-inline'; "
@@ -287,7 +287,7 @@ def create_app(root: Path, access: Access | None = None, store: Store | None = N
             abort(404, description=f"run {run.id} failed ({run.reason}): it recorded no "
                   "stacks")
 
-    def stacks_of(run: Run) -> dict[folded.Stack, int]:
+    def stacks_of(run: Run) -> dict[Stack, int]:
         recorded(run)
         try:
             return run.stacks()
@@ -380,7 +380,7 @@ def create_app(root: Path, access: Access | None = None, store: Store | None = N
     @app.get("/runs/<namespace>/<pod>/<name>/profile.speedscope.json")
     def download_speedscope(namespace: str, pod: str, name: str) -> Response:
         run = find(f"{namespace}/{pod}/{name}")
-        return _download(formats.speedscope_json(stacks_of(run), run.id), "application/json",
+        return _download(speedscope.encode(stacks_of(run), run.id), "application/json",
                          f"{pod}-{name}.speedscope.json")
 
     @app.get("/runs/<namespace>/<pod>/<name>/profile.pb.gz")
@@ -388,7 +388,7 @@ def create_app(root: Path, access: Access | None = None, store: Store | None = N
         run = find(f"{namespace}/{pod}/{name}")
         frequency = run.meta.get("frequency")
         period = int(1e9 / frequency) if isinstance(frequency, int) and frequency > 0 else 0
-        blob = formats.pprof(stacks_of(run), period_ns=period, comment=run.id,
+        blob = pprof.encode(stacks_of(run), period_ns=period, comment=run.id,
                              time_ns=int(run.started.timestamp() * 1e9))
         return _download(blob, "application/octet-stream", f"{pod}-{name}.pb.gz")
 

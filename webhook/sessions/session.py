@@ -42,10 +42,9 @@ from webhook.inject.attach import (
 from webhook.inject.status import read_status
 from webhook.kube import client as kube
 from webhook.profiles import Profile
-from webhook.render import inputs
-from webhook.results import folded as folded_stacks
 from webhook.sessions import copyback
 from webhook.sessions.settings import InstalledSettings, SettingsNotFound, find_settings
+from webhook.stacks import folded as folded_stacks
 
 # Exit codes of the session commands (the in-sidecar scripts' own codes pass through).
 EXIT_OK = 0
@@ -478,7 +477,7 @@ def write_flamegraph(folded_path: Path, meta: bytes | None, target: Path, *, tit
     except folded_stacks.FoldedError as error:
         raise SessionError(f"the pod's stacks.folded ({folded_path}) is not folded stacks: "
                            f"{error}") from error
-    profile = render.Profile(stacks, meta=inputs.read_meta(meta), title=title, name=target.stem)
+    profile = render.Profile(stacks, meta=render.read_meta(meta), title=title, name=target.stem)
     page = render.render(profile)
     try:
         with copyback.staging_directory(target.parent) as staging:

@@ -4,7 +4,7 @@ reports its table and target (no timing assertions)."""
 from __future__ import annotations
 
 from bench import render, report
-from webhook.results import folded
+from webhook.stacks import folded
 
 
 def test_the_synthetic_profile_has_distinct_shared_prefix_stacks() -> None:

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from webhook.commands.cli import main
-from webhook.results import folded
 from webhook.results.store import META_NAME, Store
+from webhook.stacks import folded
 
 STACKS = folded.parse("main;fib 9\nmain;gc 1\n")
 

@@ -16,7 +16,7 @@ import pytest
 from tests.unit.render.pagedata import drawn
 from webhook.render import Profile, named_share, render
 from webhook.render.page import page_data, script_json
-from webhook.results import folded
+from webhook.stacks import folded
 
 HOSTILE = ["x</script><img src=x onerror=alert(1)>.js", '"><svg onload=alert(2)>',
            "javascript:alert(3)", "{{7*7}}", "<!--", "]]>", "\u202eevil\u202c", "a\u200bb",

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from webhook import render
-from webhook.render import inputs
 from webhook.render.page import page_data
+from webhook.stacks import detect
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "profiles"
@@ -25,7 +25,7 @@ FILES = ["py-spy.raw.folded", "py-spy.speedscope.json", "go-cpu.pb.gz", "go-heap
 
 
 def _described(name: str) -> str:
-    loaded = inputs.load((FIXTURES / name).read_bytes())
+    loaded = detect.load((FIXTURES / name).read_bytes())
     profile = render.Profile(loaded.stacks, unit=loaded.unit, title=name)
     lines = [f"# {name}, by tests/unit/render/test_real_profiles.py --update-golden",
              f"format: {loaded.format}", f"unit: {loaded.unit}",
@@ -47,7 +47,7 @@ def test_real_tools_files_match_their_golden_summary(name: str, update_golden: b
 
 
 def test_py_spy_raw_counts_its_idle_samples_under_the_root() -> None:
-    loaded = inputs.load((FIXTURES / "py-spy.raw.folded").read_bytes())
+    loaded = detect.load((FIXTURES / "py-spy.raw.folded").read_bytes())
     assert loaded.format == "folded" and loaded.unit == "samples"
     assert loaded.stacks[()] == 3  # the line ` 3`
     assert sum(loaded.stacks.values()) == 205  # py-spy: "Samples: 205"
@@ -56,7 +56,7 @@ def test_py_spy_raw_counts_its_idle_samples_under_the_root() -> None:
 
 
 def test_py_spy_speedscope_shows_seconds_not_microseconds() -> None:
-    loaded = inputs.load((FIXTURES / "py-spy.speedscope.json").read_bytes())
+    loaded = detect.load((FIXTURES / "py-spy.speedscope.json").read_bytes())
     profile = render.Profile(loaded.stacks, unit=loaded.unit)
     assert loaded.unit == "\u00b5s"
     assert "total:         470 ms" in render.summary(profile)
@@ -70,13 +70,13 @@ def test_go_cpu_total_is_what_go_tool_pprof_says() -> None:
                          check=True, timeout=120).stdout
     found = re.search(r"of ([0-9.]+)(ms|s) total", top)
     assert found, top
-    loaded = inputs.load((FIXTURES / "go-cpu.pb.gz").read_bytes())
+    loaded = detect.load((FIXTURES / "go-cpu.pb.gz").read_bytes())
     summary = render.summary(render.Profile(loaded.stacks, unit=loaded.unit))
     assert f"total:         {found.group(1)} {found.group(2)}" in summary
 
 
 def test_go_heap_is_in_bytes() -> None:
-    loaded = inputs.load((FIXTURES / "go-heap.pb.gz").read_bytes())
+    loaded = detect.load((FIXTURES / "go-heap.pb.gz").read_bytes())
     assert loaded.unit == "bytes"  # inuse_space, pprof's default (the last type)
     summary = render.summary(render.Profile(loaded.stacks, unit=loaded.unit))
     assert re.search(r"total: +1\.0[0-9] MiB", "\n".join(summary)), summary

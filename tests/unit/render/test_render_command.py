@@ -12,7 +12,7 @@ import pytest
 
 from tests.unit.render.pagedata import drawn, page_data
 from webhook.commands.cli import main
-from webhook.results import folded, formats
+from webhook.stacks import folded, pprof, speedscope
 
 FOLDED = "main;handle;fib 60\nmain;handle;render 15\nmain;[unknown] 25\n"
 
@@ -20,8 +20,8 @@ FOLDED = "main;handle;fib 60\nmain;handle;render 15\nmain;[unknown] 25\n"
 @pytest.mark.parametrize(("name", "content"), [
     ("run.folded", FOLDED.encode()),
     ("run.txt.gz", gzip.compress(FOLDED.encode())),
-    ("run.json", formats.speedscope_json(folded.parse(FOLDED), "x")),
-    ("run.pb.gz", formats.pprof(folded.parse(FOLDED))),
+    ("run.json", speedscope.encode(folded.parse(FOLDED), "x")),
+    ("run.pb.gz", pprof.encode(folded.parse(FOLDED))),
 ])
 def test_each_format_becomes_a_page_next_to_it(
         name: str, content: bytes, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

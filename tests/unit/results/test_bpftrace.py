@@ -12,8 +12,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.input_budget import within_budget
-from webhook.results import folded
 from webhook.results.bpftrace import collapse_bpftrace
+from webhook.stacks import folded
 
 # As bpftrace 0.17 prints `@[kstack, ustack, comm] = count()` (kernel frames with offsets,
 # user frames as addresses where it cannot name them, perf-mode module suffixes).

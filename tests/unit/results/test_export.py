@@ -16,9 +16,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.unit.results.fake_sinks import Answer, FakeSink, go_pprof_raw, running
-from webhook.results import folded
 from webhook.results.export import Exporters, ExportSettings, ExportSettingsError
 from webhook.results.store import Run, Store
+from webhook.stacks import folded
 
 STARTED = datetime(2026, 12, 3, 8, 0, 0, tzinfo=UTC)
 FOLDED = """\

@@ -38,9 +38,9 @@ from tests.unit.results.test_export import (  # noqa: F401
     wait_for_metric,
 )
 from webhook.certs import pki
-from webhook.results import folded
 from webhook.results.export import ExportSettings, ExportSettingsError
 from webhook.results.store import Run, Store
+from webhook.stacks import folded
 
 META = {"container": "debug-toolset", "schedule": "namespace/shop#0", "duration": 30,
         "frequency": 99, "appContainer": "app", "serviceName": "web", "serviceVersion": "1.4.2",

@@ -22,8 +22,9 @@ from tests.unit.results.service_harness import (
     schedule,
     ticket,
 )
-from webhook.results import folded, metrics, service
+from webhook.results import metrics, service
 from webhook.results.service import quota_bytes
+from webhook.stacks import folded
 
 BPFTRACE = """Attaching 2 probes...
 @[

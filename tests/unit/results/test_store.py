@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from webhook.results import folded
 from webhook.results.store import FOLDED_NAME, META_NAME, Store, StoreError
+from webhook.stacks import folded
 
 T0 = datetime(2026, 12, 3, 7, 0, 0, tzinfo=UTC)
 STACKS = folded.parse("main;fib 9\nmain;gc 1\n")

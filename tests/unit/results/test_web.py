@@ -13,9 +13,9 @@ import pytest
 from flask.testing import FlaskClient
 
 from tests.unit.render.pagedata import drawn, page_data
-from webhook.results import folded
 from webhook.results.store import Store
 from webhook.results.web import create_app
+from webhook.stacks import folded
 
 T0 = datetime(2026, 12, 3, 7, 0, 0, tzinfo=UTC)
 HOSTILE = "</script><img src=x onerror=alert(1)>"

@@ -24,7 +24,7 @@ import threading
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from webhook.results import otlp
+from webhook.results.export import collector
 from webhook.results.export.send import Answer, otlp_outcome
 from webhook.results.export.settings import CredentialsError, SinkSettings
 from webhook.results.export.wire import Request
@@ -52,7 +52,7 @@ class _Channel:
         self.channel = channel
         # No serializers: the request's bytes go as they are, the reply comes back as bytes.
         self.export: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
-            otlp.GRPC_METHOD)
+            collector.GRPC_METHOD)
 
 
 _CHANNELS: dict[tuple[str, str], _Channel] = {}

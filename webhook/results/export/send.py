@@ -16,7 +16,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import IO, Any
 
-from webhook.results import otlp
+from webhook.results.export import collector
 from webhook.results.export.wire import Request
 
 MAX_ANSWER = 1024
@@ -60,7 +60,7 @@ def send(request: Request, *, timeout: float, context: ssl.SSLContext | None) ->
         data = error.read(MAX_ANSWER) if error.fp is not None else b""
         message = None
         if (error.headers.get("Content-Type") or "").startswith("application/x-protobuf"):
-            message = otlp.status_message(data)  # OTLP/HTTP: a google.rpc.Status
+            message = collector.status_message(data)  # OTLP/HTTP: a google.rpc.Status
         message = _excerpt(message.encode() if message is not None else data)
         error.close()
         # Worth another try: the server is overloaded or restarting, or asked us to wait.
@@ -109,7 +109,7 @@ def otlp_outcome(answer: Answer, reply: bytes) -> Answer:
     never retried (the OTLP specification: the same data would be rejected again); rejected
     0 with a message is a success with a warning."""
     try:
-        outcome = otlp.export_outcome(reply)
+        outcome = collector.export_outcome(reply)
     except ValueError as error:
         return Answer(False, "not_otlp", False, f"the answer is not OTLP's: {error} (is the "
                       "url the collector's OTLP receiver?)")

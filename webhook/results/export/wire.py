@@ -9,11 +9,11 @@ Parca: `POST /profiles/writeraw` with the gRPC-gateway JSON form of parca.profil
 WriteRawRequest (proto/parca/profilestore/v1alpha1/profilestore.proto): one series, labels
 `__name__` + ours, one sample whose `rawProfile` is the gzip'd pprof, base64 as proto3's JSON
 mapping writes bytes. Parca validates label names as Prometheus does and the pprof's ids as
-sequential (pkg/parcacol ValidatePprofProfile); webhook.results.formats.pprof writes them so.
+sequential (pkg/parcacol ValidatePprofProfile); webhook.stacks.pprof.encode writes them so.
 
 OpenTelemetry: `POST /v1development/profiles` (the OTLP/HTTP path of the profiles signal,
 `opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export`) with the
-binary protobuf `ExportProfilesServiceRequest` as the body (webhook.results.otlp), resource
+binary protobuf `ExportProfilesServiceRequest` as the body (webhook.stacks.otlp), resource
 attributes from the Kubernetes semantic conventions, the run's pprof as the original payload;
 or the same request to that gRPC method (method GRPC: `url` is the target, `headers` the
 metadata besides the credentials; export/grpc_send.py sends it).
@@ -31,9 +31,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-from webhook.results import folded, formats, otlp
+from webhook.results.export import collector
 from webhook.results.export.settings import SinkSettings
 from webhook.results.store import Run
+from webhook.stacks import Stack, folded, otlp, pprof
 
 DEFAULT_FREQUENCY = 100  # Pyroscope's default sampleRate; ours record at 99 Hz unless told
 SPY_NAME = "sidecar-debug"
@@ -79,7 +80,7 @@ def window(run: Run, samples: int) -> tuple[int, int]:
     return start, start + max(1, math.ceil(duration))
 
 
-def pyroscope(sink: SinkSettings, run: Run, stacks: Mapping[folded.Stack, int]) -> Request:
+def pyroscope(sink: SinkSettings, run: Run, stacks: Mapping[Stack, int]) -> Request:
     values = {**sink.labels, **labels(run)}
     label_text = ",".join(f"{key}={_PYROSCOPE_UNSAFE.sub('_', value)}"
                           for key, value in sorted(values.items()))
@@ -99,9 +100,9 @@ def pyroscope(sink: SinkSettings, run: Run, stacks: Mapping[folded.Stack, int]) 
                    folded.format_stacks(stacks).encode())
 
 
-def parca(sink: SinkSettings, run: Run, stacks: Mapping[folded.Stack, int]) -> Request:
+def parca(sink: SinkSettings, run: Run, stacks: Mapping[Stack, int]) -> Request:
     start, until = window(run, folded.total(stacks))
-    profile = formats.pprof(stacks, period_ns=1_000_000_000 // frequency(run),
+    profile = pprof.encode(stacks, period_ns=1_000_000_000 // frequency(run),
                             time_ns=start * 1_000_000_000,
                             duration_ns=(until - start) * 1_000_000_000, comment=run.id)
     series_labels = [{"name": "__name__", "value": sink.name}]
@@ -151,7 +152,7 @@ def recording_ns(run: Run, samples: int) -> tuple[int, int]:
     return start, samples * (1_000_000_000 // frequency(run))
 
 
-def otlp_recording(sink: SinkSettings, run: Run, stacks: Mapping[folded.Stack, int]
+def otlp_recording(sink: SinkSettings, run: Run, stacks: Mapping[Stack, int]
                    ) -> otlp.Recording:
     start, duration = recording_ns(run, folded.total(stacks))
     unit = run.meta.get("unit")
@@ -161,12 +162,12 @@ def otlp_recording(sink: SinkSettings, run: Run, stacks: Mapping[folded.Stack, i
     rate = frequency(run)
     if weighted:  # the same values as the profile, in nanoseconds
         scale = otlp.TIME_UNITS[str(unit)]
-        pprof = formats.pprof({stack: value * scale for stack, value in stacks.items()},
-                              sample_type=(sample_kind, "nanoseconds"), time_ns=start,
-                              duration_ns=duration, comment=run.id)
+        original = pprof.encode({stack: value * scale for stack, value in stacks.items()},
+                                sample_type=(sample_kind, "nanoseconds"), time_ns=start,
+                                duration_ns=duration, comment=run.id)
     else:
-        pprof = formats.pprof(stacks, period_ns=1_000_000_000 // rate, time_ns=start,
-                              duration_ns=duration, comment=run.id)
+        original = pprof.encode(stacks, period_ns=1_000_000_000 // rate, time_ns=start,
+                                duration_ns=duration, comment=run.id)
     attributes = {"sidecar_debug.technique": run.technique, "sidecar_debug.run": run.id}
     schedule = run.meta.get("schedule")
     if isinstance(schedule, str) and schedule:
@@ -175,17 +176,17 @@ def otlp_recording(sink: SinkSettings, run: Run, stacks: Mapping[folded.Stack, i
         resource=resource_attributes(sink, run), attributes=attributes,
         profile_id=otlp.profile_id(run.id), time_ns=start, duration_ns=duration,
         frequency=0 if weighted else rate, unit=str(unit) if weighted else "count",
-        sample_kind=sample_kind, original_pprof=pprof)
+        sample_kind=sample_kind, original_pprof=original)
 
 
-def otlp_export(sink: SinkSettings, run: Run, stacks: Mapping[folded.Stack, int]) -> Request:
+def otlp_export(sink: SinkSettings, run: Run, stacks: Mapping[Stack, int]) -> Request:
     body = otlp.export_request(stacks, otlp_recording(sink, run, stacks)).SerializeToString()
     if sink.name == "grpc":
-        return Request("GRPC", sink.url, {otlp.GRPC_VERSION_METADATA: otlp.DEVELOPMENT_VERSION},
-                       body)
+        return Request("GRPC", sink.url,
+                       {collector.GRPC_VERSION_METADATA: otlp.DEVELOPMENT_VERSION}, body)
     return Request("POST", sink.endpoint(OTLP_PATH),
                    {"Content-Type": "application/x-protobuf",
-                    otlp.HTTP_VERSION_HEADER: otlp.DEVELOPMENT_VERSION}, body)
+                    collector.HTTP_VERSION_HEADER: otlp.DEVELOPMENT_VERSION}, body)
 
 
 BUILDERS = {"pyroscope": pyroscope, "parca": parca, "otlp": otlp_export}

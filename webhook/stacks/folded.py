@@ -2,11 +2,18 @@
 
 One line per distinct stack: frames from the root to the leaf joined by `;`, a space, the number
 of samples (`main;compute;fib 37`), as Brendan Gregg's stackcollapse scripts and perf's own
-flamegraph report write them. Parsing is strict about what it keeps and clear about what it
-refuses: a line that is not `STACK COUNT` names its line number.
+flamegraph report write them. `parse` (what pods push, what the store keeps) is strict about
+what it keeps and clear about what it refuses: a line that is not `STACK COUNT` names its line
+number.
 
 The differential form (difffolded.pl's) is `STACK COUNT_BEFORE COUNT_AFTER`; a differential
 flame graph takes its shape from the second profile and its colour from the difference.
+
+Files that people have are read by `decode` (refusals are InputError), as flamegraph.pl reads
+them (stackcollapse-*.pl, perf script + stackcollapse, py-spy `--format raw`, async-profiler's
+collapsed output): a line with no frames (` 2`, py-spy's idle samples: counted under the root),
+fractional counts (`a;b 0.5`), empty frames (`a;;b 1`, kept as frames with an empty name), CRLF
+line ends, and bytes that are not UTF-8 (replaced by U+FFFD, and the page says so).
 """
 
 from __future__ import annotations
@@ -16,11 +23,11 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-Stack = tuple[str, ...]
+from webhook.stacks import MAX_COUNT, MAX_DEPTH, MAX_TOTAL, InputError, Loaded, Stack, Tally
+
 MAX_LINE = 1 << 20  # a stack of a megabyte is not a stack
-MAX_DEPTH = 4096  # frames in one stack (perf and bpftrace stop at 127 by default)
-MAX_COUNT = (1 << 53) - 1  # samples: exact in JSON and the page's JavaScript numbers
 _COUNT = re.compile(r"[0-9]+")
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")  # flamegraph.pl's counts (and .5)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -217,3 +224,54 @@ def from_pairs(lines: Iterable[tuple[str, int]]) -> dict[Stack, int]:
         frames = tuple(clean_frame(frame) for frame in stack.split(";"))
         stacks[frames] = stacks.get(frames, 0) + count
     return stacks
+
+
+# --- files as real tools write them ---------------------------------------------------------------
+
+def decode(data: bytes) -> Loaded:
+    """Folded stacks from a file's bytes (UTF-8; bytes that are not are replaced, and said)."""
+    warnings: list[str] = []
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        text = data.decode("utf-8", errors="replace")
+        replaced = text.count("\ufffd") - data.count("\ufffd".encode())
+        line = data.count(b"\n", 0, error.start) + 1
+        warnings.append(f"{replaced} invalid UTF-8 byte sequence{'s' if replaced != 1 else ''}"
+                        f" replaced by U+FFFD \ufffd (the first on line {line})")
+    return decode_text(text.removeprefix("\ufeff"), warnings)
+
+
+def decode_text(text: str, warnings: list[str]) -> Loaded:
+    """`STACK COUNT` lines, as flamegraph.pl reads them: the count after the last run of blanks,
+    a whole or decimal number; an empty stack counts under the root; blank lines and `#`
+    comments skipped."""
+    stacks = Tally("folded stacks")
+    for number, raw in enumerate(text.split("\n"), 1):
+        line = raw.rstrip(" \t\r")
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if len(line) > MAX_LINE:
+            raise InputError(f"folded stacks: line {number}: longer than {MAX_LINE} "
+                             "characters")
+        cut = max(line.rfind(" "), line.rfind("\t"))
+        count_text = line[cut + 1:]
+        if cut < 0 or not _NUMBER.fullmatch(count_text):
+            raise InputError(f"folded stacks: line {number}: expected 'frame;frame;... COUNT', "
+                             f"got {_excerpt(line)!r}")
+        count: float
+        if "." in count_text:
+            count = float(count_text)
+        elif len(count_text.lstrip("0")) > len(str(MAX_TOTAL)):
+            raise InputError(f"folded stacks: line {number}: count {_excerpt(count_text)} is "
+                             f"more than {MAX_TOTAL}")
+        else:
+            count = int(count_text)
+        stack_text = line[:cut].strip(" \t")
+        if count > 0:
+            stacks.add(tuple(stack_text.split(";")) if stack_text else (), count,
+                       f"line {number}")
+    if not stacks.stacks:
+        raise InputError("folded stacks: no samples (no 'frame;frame COUNT' line with a count "
+                         "above 0)")
+    return Loaded(stacks.done(), "folded", "samples", tuple(warnings))

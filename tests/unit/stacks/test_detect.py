@@ -1,4 +1,4 @@
-"""The renderer's inputs: folded stacks, speedscope JSON and pprof (gzip or not) told apart by
+"""A profile's formats (folded stacks, speedscope JSON and pprof, gzip or not) told apart by
 content; our own exports and a real Go CPU profile read back to their stacks; every malformed
 input ends in InputError with one line, never another exception."""
 
@@ -14,8 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.render import inputs
-from webhook.results import folded, formats
+from webhook.stacks import MAX_DEPTH, InputError, detect, folded, pprof, speedscope
 
 FOLDED = "main;handle;fib 60\nmain;handle;render 15\nmain;io_wait 25\n"
 STACKS = folded.parse(FOLDED)
@@ -24,12 +23,12 @@ STACKS = folded.parse(FOLDED)
 @pytest.mark.parametrize("encode", [
     pytest.param(lambda s: folded.format_stacks(s).encode(), id="folded"),
     pytest.param(lambda s: gzip.compress(folded.format_stacks(s).encode()), id="folded.gz"),
-    pytest.param(lambda s: formats.speedscope_json(s, "web"), id="speedscope"),
-    pytest.param(lambda s: formats.pprof(s), id="pprof.gz"),
-    pytest.param(lambda s: gzip.decompress(formats.pprof(s)), id="pprof"),
+    pytest.param(lambda s: speedscope.encode(s, "web"), id="speedscope"),
+    pytest.param(lambda s: pprof.encode(s), id="pprof.gz"),
+    pytest.param(lambda s: gzip.decompress(pprof.encode(s)), id="pprof"),
 ])
 def test_every_format_reads_back_to_the_stacks(encode: object) -> None:
-    loaded = inputs.load(encode(STACKS))  # type: ignore[operator]
+    loaded = detect.load(encode(STACKS))  # type: ignore[operator]
     assert loaded.stacks == STACKS and loaded.unit == "samples"
 
 
@@ -39,7 +38,7 @@ def test_every_format_reads_back_to_the_stacks(encode: object) -> None:
     pytest.param("{closure};main 3\n", id="brace-like-json"),
 ])
 def test_folded_files_that_start_like_another_format_are_still_folded(text: str) -> None:
-    loaded = inputs.load(text.encode())
+    loaded = detect.load(text.encode())
     assert loaded.format == "folded" and loaded.stacks == folded.parse(text)
 
 
@@ -56,7 +55,7 @@ def test_speedscope_evented_threads_and_units() -> None:
              "samples": [[0, 2]], "weights": [0.25]},
         ],
     }
-    loaded = inputs.load(json.dumps(document).encode())
+    loaded = detect.load(json.dumps(document).encode())
     assert loaded.unit == "\u00b5s"
     assert loaded.stacks == {("MainThread", "main"): 7500,
                              ("MainThread", "main", "work (app.py:3)"): 2500,
@@ -85,7 +84,7 @@ func main() {
 
 @pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed (golang-go)")
 def test_a_real_go_cpu_profile(tmp_path: Path) -> None:
-    loaded = inputs.load(_go_profile(tmp_path))
+    loaded = detect.load(_go_profile(tmp_path))
     assert loaded.format == "pprof" and loaded.unit == "ns"  # cpu/nanoseconds: the last type
     burning = {stack: count for stack, count in loaded.stacks.items() if "main.burn" in stack}
     assert sum(burning.values()) > sum(loaded.stacks.values()) / 2
@@ -118,19 +117,19 @@ BAD = [
 
 @pytest.mark.parametrize(("data", "message"), BAD, ids=[m for _, m in BAD])
 def test_bad_input_says_what_is_wrong(data: bytes, message: str) -> None:
-    with pytest.raises(inputs.InputError, match=".*") as raised:
-        inputs.load(data)
+    with pytest.raises(InputError, match=".*") as raised:
+        detect.load(data)
     assert message in str(raised.value) and "\n" not in str(raised.value)
 
 
 def test_a_gzip_bomb_stops_at_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(inputs, "MAX_INPUT", 1000)
-    with pytest.raises(inputs.InputError, match="larger than"):
-        inputs.load(gzip.compress(b"a;b 1\n" * 10_000))
+    monkeypatch.setattr(detect, "MAX_INPUT", 1000)
+    with pytest.raises(InputError, match="larger than"):
+        detect.load(gzip.compress(b"a;b 1\n" * 10_000))
 
 
-VALID = [folded.format_stacks(STACKS).encode(), formats.speedscope_json(STACKS, "x"),
-         gzip.decompress(formats.pprof(STACKS)), formats.pprof(STACKS)]
+VALID = [folded.format_stacks(STACKS).encode(), speedscope.encode(STACKS, "x"),
+         gzip.decompress(pprof.encode(STACKS)), pprof.encode(STACKS)]
 
 
 @settings(max_examples=300, deadline=None)
@@ -141,8 +140,8 @@ def test_mangled_inputs_only_ever_raise_input_error(valid: bytes, data: st.DataO
     insert = data.draw(st.binary(max_size=8))
     mangled = valid[:position] + insert + valid[position + cut:]
     try:
-        loaded = inputs.load(mangled)
-    except inputs.InputError:
+        loaded = detect.load(mangled)
+    except InputError:
         return
     assert all(count > 0 and stack for stack, count in loaded.stacks.items())
 
@@ -151,16 +150,9 @@ def test_mangled_inputs_only_ever_raise_input_error(valid: bytes, data: st.DataO
 @given(st.binary(max_size=200))
 def test_random_bytes_only_ever_raise_input_error(data: bytes) -> None:
     try:
-        inputs.load(data)
-    except inputs.InputError:
+        detect.load(data)
+    except InputError:
         pass
-
-
-def test_meta_that_is_not_an_object_becomes_a_warning() -> None:
-    assert inputs.read_meta(b'{"technique": "perf"}') == {"technique": "perf"}
-    assert inputs.read_meta(None) == {}
-    assert inputs.read_meta(b"[1]")["warnings"] == ["meta.json is ignored: not a JSON object"]
-    assert inputs.read_meta(b"{")["warnings"][0].startswith("meta.json is ignored: not JSON")
 
 
 # --- folded stacks as flamegraph.pl reads them ----------------------------------------------------
@@ -183,20 +175,20 @@ def test_meta_that_is_not_an_object_becomes_a_warning() -> None:
                  id="async-profiler-weighted"),
 ])
 def test_folded_lines_real_tools_write(text: str, stacks: dict[tuple[str, ...], float]) -> None:
-    loaded = inputs.load(text.encode())
+    loaded = detect.load(text.encode())
     assert loaded.format == "folded" and loaded.stacks == stacks and not loaded.warnings
     assert all(isinstance(count, int) for stack, count in loaded.stacks.items()
                if float(stacks[stack]).is_integer() and "." not in text)
 
 
 def test_utf16_with_a_bom_is_read() -> None:
-    loaded = inputs.load("main;fib 3\r\n".encode("utf-16"))
+    loaded = detect.load("main;fib 3\r\n".encode("utf-16"))
     assert loaded.stacks == {("main", "fib"): 3}
 
 
 def test_bytes_that_are_not_utf8_are_replaced_and_said() -> None:
     """A Latin-1 frame name in a folded file (once refused as a broken pprof profile)."""
-    loaded = inputs.load(b"main;caf\xe9 3\nmain;ok 1\nx;\xff\xfe 1\n")
+    loaded = detect.load(b"main;caf\xe9 3\nmain;ok 1\nx;\xff\xfe 1\n")
     assert loaded.format == "folded"
     assert loaded.stacks == {("main", "caf\ufffd"): 3, ("main", "ok"): 1, ("x", "\ufffd\ufffd"): 1}
     assert loaded.warnings == (
@@ -204,7 +196,7 @@ def test_bytes_that_are_not_utf8_are_replaced_and_said() -> None:
 
 
 def test_a_real_replacement_character_is_not_counted_as_replaced() -> None:
-    loaded = inputs.load("main;\ufffd 1\n".encode() + b"main;\xe9 1\n")
+    loaded = detect.load("main;\ufffd 1\n".encode() + b"main;\xe9 1\n")
     assert loaded.warnings == (
         "1 invalid UTF-8 byte sequence replaced by U+FFFD \ufffd (the first on line 2)",)
 
@@ -222,28 +214,28 @@ def test_a_real_replacement_character_is_not_counted_as_replaced() -> None:
      "neither speedscope JSON (Expecting value: line 1 column 15 (char 14)) nor folded stacks"),
 ])
 def test_every_error_names_the_format_it_read(data: bytes, message: str) -> None:
-    with pytest.raises(inputs.InputError) as raised:
-        inputs.load(data)
+    with pytest.raises(InputError) as raised:
+        detect.load(data)
     assert message in str(raised.value), str(raised.value)
 
 
 def test_the_frames_of_all_stacks_are_capped(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(inputs, "MAX_FRAMES", 10)
-    assert inputs.load(b"a;b;c 1\na;b;d 1\na;b;c 5\n").stacks[("a", "b", "c")] == 6
-    with pytest.raises(inputs.InputError, match="folded stacks: more than 10 frames in all"):
-        inputs.load(b"a;b;c 1\na;b;d 1\na;b;e;f;g 1\n")
-    with pytest.raises(inputs.InputError, match="pprof: more than 10 frames in all"):
-        inputs.load(formats.pprof({("a", "b", "c", "d", "e", "f"): 1, ("x",) * 6: 1}))
+    monkeypatch.setattr("webhook.stacks.MAX_FRAMES", 10)
+    assert detect.load(b"a;b;c 1\na;b;d 1\na;b;c 5\n").stacks[("a", "b", "c")] == 6
+    with pytest.raises(InputError, match="folded stacks: more than 10 frames in all"):
+        detect.load(b"a;b;c 1\na;b;d 1\na;b;e;f;g 1\n")
+    with pytest.raises(InputError, match="pprof: more than 10 frames in all"):
+        detect.load(pprof.encode({("a", "b", "c", "d", "e", "f"): 1, ("x",) * 6: 1}))
 
 
 def test_deep_pprof_and_sampled_speedscope_stacks_are_refused() -> None:
-    deep = {tuple(f"f{i}" for i in range(inputs.MAX_DEPTH + 1)): 1}
-    with pytest.raises(inputs.InputError, match="pprof: sample 0: a stack of more than 4096"):
-        inputs.load(formats.pprof(deep))
-    with pytest.raises(inputs.InputError, match="speedscope: profile 0: a stack of 4097 frames"):
-        inputs.load(formats.speedscope_json(deep, "deep"))
+    deep = {tuple(f"f{i}" for i in range(MAX_DEPTH + 1)): 1}
+    with pytest.raises(InputError, match="pprof: sample 0: a stack of more than 4096"):
+        detect.load(pprof.encode(deep))
+    with pytest.raises(InputError, match="speedscope: profile 0: a stack of 4097 frames"):
+        detect.load(speedscope.encode(deep, "deep"))
 
 
 def test_an_empty_pprof_sample_counts_under_the_root() -> None:
-    loaded = inputs.load(formats.pprof({("main",): 2, (): 3}))
+    loaded = detect.load(pprof.encode({("main",): 2, (): 3}))
     assert loaded.stacks == {("main",): 2, (): 3}

@@ -1,8 +1,8 @@
 """Folded stacks as an OpenTelemetry profiles export request (OTLP `v1development`, built with
 the official bindings of the `opentelemetry-proto` package, 1.45 carrying the protos' v1.10
 shape: one `ProfilesDictionary` per request, a `stack_table`, one sample type per profile;
-the profiles development version 1 of the proto's versioning rule), and what the collector's
-answer says.
+the profiles development version 1 of the proto's versioning rule). An encoder only: what the
+collector answers, and how the request travels, is webhook.results.export's (collector.py).
 
 Pure: no I/O, no clock. The dictionary's tables start with their zero value, as the proto asks
 ("mapping_table[0] must always be zero value", the same for every table); each distinct frame
@@ -22,13 +22,8 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from google.protobuf.empty_pb2 import Empty
-from google.protobuf.message import DecodeError
-from google.protobuf.unknown_fields import UnknownFieldSet
-from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2
 from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import (
     ExportProfilesServiceRequest,
-    ExportProfilesServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.profiles.v1development.profiles_pb2 import (
@@ -52,17 +47,11 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 SCOPE_NAME = "sidecar-debug"
 PROTO_VERSION = "v1.10.0"  # the opentelemetry-proto shape the bindings carry (see the doc)
 # The profiles development version of that shape (opentelemetry-proto's docs/specification.md,
-# "Profiles development version"): sent on both transports, so that a version-aware collector
-# compiled for a later, incompatible shape refuses the request (HTTP 400, INVALID_ARGUMENT)
-# instead of decoding it wrongly. Its absence would mean 1 as well.
+# "Profiles development version"): sent on both transports (collector.py names the header and
+# the metadata), so that a version-aware collector compiled for a later, incompatible shape
+# refuses the request (HTTP 400, INVALID_ARGUMENT) instead of decoding it wrongly. Its absence
+# would mean 1 as well.
 DEVELOPMENT_VERSION = "1"
-HTTP_VERSION_HEADER = "OTLP-Profiles-Development-Version"
-GRPC_VERSION_METADATA = "otlp-profiles-development-version"
-# `/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export`, from the
-# bindings' own service descriptor.
-_EXPORT = profiles_service_pb2.DESCRIPTOR.services_by_name["ProfilesService"] \
-    .methods_by_name["Export"]
-GRPC_METHOD = f"/{_EXPORT.containing_service.full_name}/{_EXPORT.name}"
 # Units a recording may be weighted in (the toolset's meta.json `unit`), as nanoseconds each.
 TIME_UNITS = {"nanoseconds": 1, "microseconds": 1_000, "milliseconds": 1_000_000,
                "seconds": 1_000_000_000}
@@ -167,38 +156,3 @@ def export_request(stacks: Mapping[tuple[str, ...], int | float],
 
 def _key_values(items: Sequence[tuple[str, str]]) -> list[KeyValue]:
     return [KeyValue(key=key, value=AnyValue(string_value=value)) for key, value in items]
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What an OTLP success answer says: `rejected` profiles and the collector's message (a
-    partial success; rejected 0 with a message is a warning)."""
-
-    rejected: int = 0
-    message: str = ""
-
-
-def export_outcome(body: bytes) -> Outcome:
-    """The ExportProfilesServiceResponse of a success (HTTP 200 body, gRPC reply).
-    ValueError: not one."""
-    try:
-        response = ExportProfilesServiceResponse.FromString(body)
-    except DecodeError as error:
-        raise ValueError(f"not an ExportProfilesServiceResponse ({error})") from error
-    partial = response.partial_success
-    return Outcome(max(0, partial.rejected_profiles), partial.error_message)
-
-
-def status_message(body: bytes) -> str | None:
-    """The `message` (field 2) of a google.rpc.Status, the body of an OTLP/HTTP error in
-    protobuf; None when the body is not one. Read through protobuf's unknown fields: the
-    Status message is not among the bindings."""
-    try:
-        fields = UnknownFieldSet(Empty.FromString(body))
-    except (DecodeError, ValueError):
-        return None
-    for index in range(len(fields)):
-        item = fields[index]
-        if item.field_number == 2 and isinstance(item.data, bytes):
-            return item.data.decode("utf-8", errors="replace")
-    return None

@@ -1,7 +1,6 @@
-"""The renderer's readers take files people download from anywhere (folded stacks, speedscope
+"""The readers of profiles take files people download from anywhere (folded stacks, speedscope
 JSON sampled and evented, pprof, gzip'd or not): fuzzed per format, each input read within a
-budget of CPU time and memory, and only InputError escapes, with a one-line message. A pod's
-meta.json, whatever it holds, only annotates the page."""
+budget of CPU time and memory, and only InputError escapes, with a one-line message."""
 
 from __future__ import annotations
 
@@ -17,13 +16,13 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from webhook.render.inputs import MAX_DEPTH, MAX_FRAMES, InputError, load
-from webhook.results import folded, formats
+from webhook.stacks import MAX_DEPTH, MAX_FRAMES, InputError, folded, pprof, speedscope
+from webhook.stacks.detect import load
 
 STACKS = folded.parse("main;run;fib 60\nmain;gc 5\nmain;run 3\n")
-PPROF = gzip.decompress(formats.pprof(STACKS, period_ns=10_101_010, time_ns=10 ** 18,
-                                      duration_ns=30 * 10 ** 9, comment="x"))
-SPEEDSCOPE = json.loads(formats.speedscope_json(STACKS, "x"))
+PPROF = gzip.decompress(pprof.encode(STACKS, period_ns=10_101_010, time_ns=10 ** 18,
+                                     duration_ns=30 * 10 ** 9, comment="x"))
+SPEEDSCOPE = json.loads(speedscope.encode(STACKS, "x"))
 
 # Per input: CPU seconds and traced memory beyond the input's own bytes. A decoder that is
 # linear in its input reads these small inputs in milliseconds and a few hundred KiB; the
@@ -198,22 +197,3 @@ def test_a_wide_evented_file_reads_in_linear_time() -> None:
         loaded = load(data)
     assert len(loaded.stacks) == 3  # the deep stack, and it with f1 or f2 on top
     assert max(map(len, loaded.stacks)) == 2001
-
-
-META_KEYS = st.sampled_from(["technique", "type", "seconds", "duration", "frequency",
-                             "samples", "namedShare", "runtime", "unwinding", "notes",
-                             "warnings", "summary", "started", "pod", "exitCode", "unit"])
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.dictionaries(META_KEYS, JSON, max_size=8))
-def test_a_pods_meta_json_only_annotates_the_page(meta: dict[str, Any]) -> None:
-    """meta.json comes from the pod's /tmp like stacks.folded: whatever its fields hold, the
-    page and the CLI summary are made (the stacks decide the graph)."""
-    from webhook import render
-    from webhook.render.inputs import read_meta
-
-    data = json.dumps(meta).encode()
-    profile = render.Profile(STACKS, meta=read_meta(data), title="t", name="n")
-    assert render.render(profile).html.startswith("<!doctype html>")
-    assert all("\n" not in line for line in render.summary(profile, hottest=3))

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from webhook.results import folded
+from webhook.stacks import MAX_COUNT, MAX_DEPTH, folded
 
 # What the issue found and its relatives: characters str.isdigit accepts but int() refuses
 # or reads as another number, integers int() refuses to convert, sums beyond exact JSON.
@@ -18,10 +18,10 @@ HOSTILE = [
     ("main;fib 1\nmain;gc ³\n", 2, "expected"),
     ("main;fib ٣\n", 1, "expected"),  # Arabic-Indic three: int() would read 3
     ("main;fib 1" + "0" * 5000 + "\n", 1, "more than"),
-    (f"main;fib {folded.MAX_COUNT + 1}\n", 1, "more than"),
-    (f"a {folded.MAX_COUNT}\nb 1\n", 2, "samples in all"),
-    (f"a {folded.MAX_COUNT}\na 1\n", 2, "samples in all"),
-    ("a;" * folded.MAX_DEPTH + "b 1\n", 1, "frames, more than"),
+    (f"main;fib {MAX_COUNT + 1}\n", 1, "more than"),
+    (f"a {MAX_COUNT}\nb 1\n", 2, "samples in all"),
+    (f"a {MAX_COUNT}\na 1\n", 2, "samples in all"),
+    ("a;" * MAX_DEPTH + "b 1\n", 1, "frames, more than"),
     ("ok 1\n\x0bstill line two 1\nbad\n", 3, "expected"),  # \x0b is not a line break
     ("a 1\r\nb\u2028c 2\r\nd x\r\n", 3, "expected"),
     ("x" * (folded.MAX_LINE + 1) + " 1\n", 1, "longer than"),
@@ -45,7 +45,7 @@ def test_hostile_input_is_refused_naming_its_line(text: str, line: int, why: str
 
 def test_diff_parser_refuses_the_same_way() -> None:
     for text, line in (("a 1 ²\n", 1), ("a 1 2\nb 1" + "9" * 5000 + " 1\n", 2),
-                       (f"a {folded.MAX_COUNT} 1\na 1 1\n", 2), ("a 1\n", 1)):
+                       (f"a {MAX_COUNT} 1\na 1 1\n", 2), ("a 1\n", 1)):
         with pytest.raises(folded.FoldedError, match=f"^line {line}: "):
             folded.parse_diff(text)
 
@@ -54,8 +54,8 @@ def test_what_it_accepts_is_unchanged() -> None:
     text = "# comment\n\n  main;fib 60  \r\nmain;fib 2\nmain; spaced frame ;x 0\nmain;gc 007\n"
     assert folded.parse(text) == {("main", "fib"): 62, ("main", "gc"): 7}
     assert folded.parse("main;f\x0bg 3\n") == {("main", "f\x0bg"): 3}
-    assert folded.parse(f"a {folded.MAX_COUNT}\n") == {("a",): folded.MAX_COUNT}
-    assert folded.parse("a;" * (folded.MAX_DEPTH - 1) + "b 1\n")
+    assert folded.parse(f"a {MAX_COUNT}\n") == {("a",): MAX_COUNT}
+    assert folded.parse("a;" * (MAX_DEPTH - 1) + "b 1\n")
 
 
 def test_non_text_is_refused() -> None:
@@ -91,8 +91,8 @@ def test_fuzz_only_folded_error_escapes_parse(text: str) -> None:
         _check_refusal(error, text)
         return
     for frames, count in stacks.items():
-        assert frames and all(frames) and 0 < count <= folded.MAX_COUNT
-    assert folded.total(stacks) <= folded.MAX_COUNT
+        assert frames and all(frames) and 0 < count <= MAX_COUNT
+    assert folded.total(stacks) <= MAX_COUNT
     # What it accepted it stores as UTF-8 and reads back as the same stacks.
     text = folded.format_stacks(stacks)
     assert folded.parse(text.encode("utf-8").decode("utf-8")) == stacks

@@ -1,69 +1,15 @@
-"""Folded stacks and the formats computed from them: what a user downloads must open in
-speedscope and in `go tool pprof`, with the samples the run recorded."""
+"""pprof as the results page's download and the exports write it: what a user downloads must
+open in `go tool pprof`, with the samples the run recorded."""
 
 from __future__ import annotations
 
 import gzip
-import json
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from tests.unit.results.fake_sinks import go_pprof_raw
-from webhook.results import folded, formats
-
-FOLDED = """\
-main;run;compute;fib 60
-main;run;compute 10
-main;run;io_wait 25
-main;gc 5
-"""
-
-
-def test_parse_sums_repeats_and_names_bad_lines() -> None:
-    stacks = folded.parse(FOLDED + "main;gc 3\n\n# comment\n")
-    assert stacks[("main", "gc")] == 8
-    assert folded.total(stacks) == 103
-    with pytest.raises(folded.FoldedError, match="line 2"):
-        folded.parse("a;b 1\nnot a count\n")
-    with pytest.raises(folded.FoldedError, match="empty frame"):
-        folded.parse("a;;b 1\n")
-
-
-def test_format_is_heaviest_first_and_round_trips() -> None:
-    stacks = folded.parse(FOLDED)
-    text = folded.format_stacks(stacks)
-    assert text.splitlines()[0] == "main;run;compute;fib 60"
-    assert folded.parse(text) == stacks
-
-
-def test_hottest_counts_self_samples() -> None:
-    assert folded.hottest(folded.parse(FOLDED), 2) == [("fib", 60), ("io_wait", 25)]
-
-
-def test_diff_normalizes_before_to_after_total() -> None:
-    before = folded.parse("a;b 10\na;c 10\n")
-    after = folded.parse("a;b 30\na;d 10\n")
-    pairs = folded.diff(before, after)
-    assert pairs[("a", "b")] == (20, 30)  # before scaled x2 (20 -> 40 samples)
-    assert pairs[("a", "c")] == (20, 0)
-    assert pairs[("a", "d")] == (0, 10)
-    assert folded.diff(before, after, normalize=False)[("a", "b")] == (10, 30)
-    assert folded.parse_diff(folded.format_diff(pairs)) == pairs
-
-
-def test_speedscope_weights_add_up_to_the_samples() -> None:
-    stacks = folded.parse(FOLDED)
-    document = json.loads(formats.speedscope_json(stacks, "web-1 perf"))
-    profile = document["profiles"][0]
-    assert document["$schema"] == formats.SPEEDSCOPE_SCHEMA
-    assert profile["type"] == "sampled" and sum(profile["weights"]) == 100
-    frames = [frame["name"] for frame in document["shared"]["frames"]]
-    first = [frames[index] for index in profile["samples"][0]]
-    assert first == ["main", "run", "compute", "fib"]  # root first, as speedscope reads them
-    assert profile["endValue"] == 100
-
+from tests.unit.stacks.test_folded import FOLDED
+from webhook.stacks import folded, pprof
 
 # --- pprof, read back by an independent decoder ---------------------------------------------
 
@@ -138,19 +84,19 @@ def decode_pprof(blob: bytes) -> dict[tuple[str, ...], int]:
 
 def test_pprof_decodes_to_the_same_stacks() -> None:
     stacks = folded.parse(FOLDED)
-    blob = formats.pprof(stacks, period_ns=10_101_010, comment="web-1")
+    blob = pprof.encode(stacks, period_ns=10_101_010, comment="web-1")
     assert blob[:2] == b"\x1f\x8b"
     assert decode_pprof(blob) == stacks
 
 
 def test_pprof_encodes_large_varints() -> None:
     stacks = {("a",): 300, ("a", "b"): 1 << 40}
-    assert decode_pprof(formats.pprof(stacks)) == stacks
+    assert decode_pprof(pprof.encode(stacks)) == stacks
 
 
 def test_go_tool_pprof_reads_it(tmp_path: Path) -> None:
     path = tmp_path / "profile.pb.gz"
-    path.write_bytes(formats.pprof(folded.parse(FOLDED), period_ns=10_101_010))
+    path.write_bytes(pprof.encode(folded.parse(FOLDED), period_ns=10_101_010))
     result = subprocess.run(["go", "tool", "pprof", "-top", "-nodecount=10", str(path)],
                             capture_output=True, text=True, timeout=120,
                             env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin",
@@ -175,8 +121,8 @@ def test_go_tool_pprof_raw_has_every_sample_and_name(tmp_path: Path) -> None:
         f"deep;{';'.join(f'f{i}' for i in range(200))} 1\n"
         "big;one 300000\n")
     stacks = folded.parse(text)
-    decoded = go_pprof_raw(formats.pprof(stacks, period_ns=10_101_010, time_ns=10 ** 18,
-                                         duration_ns=30 * 10 ** 9), tmp_path)
+    decoded = go_pprof_raw(pprof.encode(stacks, period_ns=10_101_010, time_ns=10 ** 18,
+                                        duration_ns=30 * 10 ** 9), tmp_path)
     assert decoded.stacks == stacks
     assert decoded.sample_type == "samples/count"
     assert decoded.header["Period"] == "10101010" and decoded.header["Duration"] == "30s"
