@@ -34,6 +34,7 @@ import yaml
 from tests.chart.helm import CHART
 from tests.cluster.cluster import Cluster, free_port
 from tests.e2e.conftest import wait_until
+from tests.unit.results.fake_collector import GrpcCollector, decode, folded_of
 from tests.unit.results.fake_sinks import FakeSink, go_pprof_raw, running
 from tests.unit.toolset.conftest import LIB, load_script
 from webhook import constants
@@ -69,6 +70,7 @@ class Service:
     settings: Settings  # the webhook's settings the service plans with (the same file)
     metrics: str  # http://127.0.0.1:PORT (/metrics, /healthz)
     sinks: dict[str, FakeSink]  # results.export's Pyroscope and Parca, in this process
+    collector: GrpcCollector | None = None  # results.export's OTLP over gRPC, in this process
 
 
 def chart_rbac(cluster: Cluster) -> None:
@@ -176,13 +178,21 @@ def running_service(cluster: Cluster, work: Path, env: dict[str, str] | None = N
 
 
 @pytest.fixture(scope="module")
+def collector() -> Iterator[GrpcCollector]:
+    with GrpcCollector() as grpc_collector:
+        yield grpc_collector
+
+
+@pytest.fixture(scope="module")
 def service(lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory,
-            sinks: dict[str, FakeSink]) -> Iterator[Service]:
+            sinks: dict[str, FakeSink], collector: GrpcCollector) -> Iterator[Service]:
     work = tmp_path_factory.mktemp("results-service")
-    export = {"SIDECAR_DEBUG_EXPORT": json.dumps({kind: {"url": sink.url}
-                                                  for kind, sink in sinks.items()})}
+    export = {"SIDECAR_DEBUG_EXPORT": json.dumps({
+        **{kind: {"url": sink.url} for kind, sink in sinks.items()},
+        "otlp": {"url": collector.url, "protocol": "grpc"}})}
     with running_service(lite_cluster, work, export) as (started, _):
         started.sinks.update(sinks)
+        started.collector = collector
         try:
             yield started
         finally:
@@ -575,13 +585,15 @@ def test_a_failed_recording_is_an_event_on_the_pod_and_a_failed_run_for_its_read
                   {"reason": "RecordingFailed", "outcome": "posted"}) >= 1
 
 
-def test_a_pushed_run_is_exported_to_pyroscope_and_parca(lite_cluster: Cluster, service: Service,
-                                                         agent: ModuleType,
-                                                         tmp_path: Path) -> None:
-    """results.export: once stored, the run goes on to both sinks (local fakes here: neither
-    server can be installed), labelled by what the service knows, not by what the pod said."""
-    namespace, as_pod = toolset_in_new_namespace(lite_cluster, service, agent, tmp_path,
-                                                 "export")
+def test_a_pushed_run_is_exported_to_pyroscope_parca_and_otlp(
+        lite_cluster: Cluster, service: Service, agent: ModuleType, tmp_path: Path) -> None:
+    """results.export: once stored, the run goes on to every sink (local fakes here: none of the
+    servers can be installed; the OTLP one is a real gRPC server on the official bindings),
+    labelled by what the service knows from the apiserver, not by what the pod said."""
+    namespace = new_namespace(lite_cluster, "export")
+    pod = create(lite_cluster, toolset_pod(service, "web", namespace))
+    as_pod = client(agent, service, token_request(lite_cluster, namespace, "default",
+                                                  audience=AUDIENCE, pod=pod), tmp_path)
     [run] = plan_for(as_pod)
     status, answer = as_pod.call("POST", "/agent/v1/runs", {
         "ticket": run["ticket"], "stacks": "node;main;fibonacci 90\nnode;main;gc 7\n",
@@ -615,7 +627,24 @@ def test_a_pushed_run_is_exported_to_pyroscope_and_parca(lite_cluster: Cluster, 
     sent = {sample.labels["sink"] for family in text_string_to_metric_families(text)
             for sample in family.samples if sample.name == "sidecar_debug_exports_total"
             and sample.labels["outcome"] == "sent" and sample.value >= 1}
-    assert sent == {"pyroscope", "parca"}, text
+    assert sent == {"pyroscope", "parca", "otlp"}, text
+    assert service.collector is not None
+
+    def at_collector() -> Any:
+        for received in service.collector.received if service.collector else []:
+            request = decode(received.body)
+            [resource] = request.resource_profiles
+            found = {a.key: a.value.string_value for a in resource.resource.attributes}
+            if found.get("k8s.namespace.name") == namespace:
+                return found, request
+        return None
+
+    attributes, request = wait_until(at_collector, 30, "the run at the OTLP collector")
+    assert attributes == {"k8s.namespace.name": namespace, "k8s.pod.name": "web",
+                          "k8s.container.name": "app", "k8s.pod.uid": pod["metadata"]["uid"],
+                          "service.name": "web"}
+    assert folded_of(request, 1) == {("node", "main", "fibonacci"): 90,
+                                     ("node", "main", "gc"): 7}
 
 
 def test_a_pods_token_is_reviewed_once_and_forgotten_with_its_pod(

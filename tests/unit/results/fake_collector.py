@@ -134,3 +134,45 @@ class GrpcCollector:
 
     def wait_for(self, count: int, timeout: float = 20.0) -> list[GrpcReceived]:
         return wait_for_requests(self.arrived, self.received, count, timeout)
+
+
+def decode(body: bytes) -> ExportProfilesServiceRequest:
+    """What the Collector's OTLP receiver does with the body, plus the proto's documented
+    invariants, so a request a real receiver would reject fails here."""
+    request = ExportProfilesServiceRequest.FromString(body)
+    table = request.dictionary
+    assert table.string_table[0] == ""
+    for name in ("mapping_table", "location_table", "function_table", "link_table",
+                 "attribute_table", "stack_table"):
+        first = getattr(table, name)[0]
+        assert first == type(first)(), f"{name}[0] is not the zero value"
+    for stack in table.stack_table:
+        assert all(0 < i < len(table.location_table) for i in stack.location_indices)
+    for location in table.location_table[1:]:
+        assert location.mapping_index == 0
+        assert all(0 < line.function_index < len(table.function_table) for line in location.lines)
+    for function in table.function_table[1:]:
+        assert 0 < function.name_strindex < len(table.string_table)
+    for resource in request.resource_profiles:
+        for scope in resource.scope_profiles:
+            for profile in scope.profiles:
+                for sample in profile.samples:
+                    assert 0 < sample.stack_index < len(table.stack_table)
+                assert all(0 < i < len(table.attribute_table) for i in profile.attribute_indices)
+    return request
+
+
+def folded_of(request: ExportProfilesServiceRequest, per_sample: int) -> dict[tuple[str, ...], int]:
+    table = request.dictionary
+    [profile] = request.resource_profiles[0].scope_profiles[0].profiles
+    stacks: dict[tuple[str, ...], int] = {}
+    for sample in profile.samples:
+        frames = []
+        for index in table.stack_table[sample.stack_index].location_indices:
+            [line] = table.location_table[index].lines
+            frames.append(table.string_table[table.function_table[line.function_index]
+                                             .name_strindex])
+        [value] = sample.values
+        key = tuple(reversed(frames))  # leaf first in OTLP, root first in folded
+        stacks[key] = stacks.get(key, 0) + value // per_sample
+    return stacks
