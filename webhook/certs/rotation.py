@@ -37,7 +37,6 @@ from cryptography import x509
 
 if TYPE_CHECKING:
     from webhook.config import Settings
-from webhook import constants
 from webhook.certs.pki import (
     DEFAULT_CA_VALIDITY,
     DEFAULT_RENEW_FRACTION,
@@ -74,6 +73,7 @@ from webhook.kube.secrets import (
     SecretStore,
     StoreError,
 )
+from webhook.wire import constants
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from webhook import constants
 from webhook.commands import output as printed
 from webhook.sessions import copyback
 from webhook.sessions import session as sessions
+from webhook.wire import constants
 
 
 def _positive_int(text: str) -> int:
@@ -283,10 +283,10 @@ def session_rows(pods: list[dict[str, Any]], now: Any, rules: Any = None) -> lis
     from webhook.controller.sessions import (
         expiry_of,
         format_age,
-        format_time,
         is_active_pod,
         sessions_of,
     )
+    from webhook.wire.rfc3339 import format_time
 
     rows: list[dict[str, str]] = []
     for pod in pods:

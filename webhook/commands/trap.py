@@ -176,7 +176,7 @@ class TriggerError(ValueError):
 
 def parse_trigger(data: bytes) -> dict[str, Any]:
     """The fields of trigger.json that the run keeps, type- and range-checked."""
-    from webhook.inject.shape import type_name_with_article
+    from webhook.wire.shape import type_name_with_article
 
     if len(data) > MAX_TRIGGER_BYTES:
         raise TriggerError(f"{len(data)} bytes, more than {MAX_TRIGGER_BYTES}")

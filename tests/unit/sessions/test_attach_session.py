@@ -11,10 +11,10 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from webhook import constants
 from webhook.kube import client as kube
 from webhook.sessions import session as sessions
 from webhook.sessions.settings import SettingsNotFound, find_settings
+from webhook.wire import constants
 
 IMAGE = "registry.local/team/toolset:2.0"
 CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from tests.unit.render.pagedata import page_data
-from webhook import constants
 from webhook.commands import cli
 from webhook.config import load_settings
 from webhook.inject.attach import build_attach_container
 from webhook.inject.sidecar import InjectionPlan, inject_pod
 from webhook.sessions import session as sessions
+from webhook.wire import constants
 
 TOOLSET = "localhost/sidecar-debug/toolset:0.1.0"
 MARKER = {"name": constants.ENV_ATTACHED, "value": "true"}
@@ -163,17 +163,6 @@ def test_attached_container_must_be_what_attach_builds() -> None:
     for name in ("debug-toolset-bbbbbb", "debug-toolset-cccccc"):
         with pytest.raises(sessions.SessionError):
             sessions.verify_toolset_container(manifest, name, SETTINGS)
-
-
-@pytest.mark.parametrize(("a", "b", "same"), [
-    ("busybox", "docker.io/library/busybox:latest", True),
-    ("localhost/sidecar-debug/toolset:0.1.0", "localhost/sidecar-debug/toolset:0.1.0", True),
-    ("localhost/sidecar-debug/toolset:0.1.0", "localhost/sidecar-debug/toolset:0.2.0", False),
-    ("repo/x:1@sha256:aa", "other/y:2@sha256:aa", True),
-    ("repo/x:1@sha256:aa", "repo/x:1@sha256:bb", False),
-])
-def test_same_image(a: str, b: str, same: bool) -> None:
-    assert sessions.same_image(a, b) is same
 
 
 # --- copy-back -----------------------------------------------------------------------------------
