@@ -11,7 +11,7 @@ from typing import Any
 from webhook.commands import output as printed
 from webhook.sessions import copyback
 from webhook.sessions import session as sessions
-from webhook.wire import constants
+from webhook.wire import constants, exits
 
 
 def _positive_int(text: str) -> int:
@@ -255,7 +255,7 @@ def _list_sessions(args: argparse.Namespace) -> int:
             raise sessions.SessionError(
                 f"listing pods in {where}: HTTP {error.status} {error.reason or ''}".strip()
                 + (" (you need `list` on pods there)" if error.status == 403 else ""),
-                sessions.EXIT_API) from error
+                exits.EXIT_API) from error
     except sessions.SessionError as error:
         print(f"sidecar-debug sessions: {error}", file=sys.stderr)
         return error.code

@@ -46,16 +46,11 @@ from webhook.results import folded as folded_stacks
 from webhook.sessions import copyback
 from webhook.sessions.settings import InstalledSettings, SettingsNotFound, find_settings
 from webhook.wire import constants
+from webhook.wire.exits import EXIT_API, EXIT_FAILED, EXIT_NO_TOOLSET, EXIT_OK, EXIT_USAGE
 from webhook.wire.image import same_image
 from webhook.wire.pod import named
 from webhook.wire.status import read_status
 
-# Exit codes of the session commands (the in-sidecar scripts' own codes pass through).
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_NO_TOOLSET = 5  # the pod has no (trustworthy) toolset container
-EXIT_API = 6  # the Kubernetes API refused or failed
 READ_LIMIT = 1 << 20  # a file fetch() returns (a summary, trigger.json): small, held in memory
 
 # Output of one exec kept in memory (stdout and stderr together; a copy-back's archive is
