@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 
 from bench import pods, servers
 from bench.servers import ServerSpec
-from webhook import constants
+from webhook.wire import constants
 
 Log = Callable[[str], None]
 WEBHOOK_NAMESPACE = f"{constants.PRODUCT}-bench"

@@ -209,8 +209,8 @@ def _populate(cluster: Any, service: Any, size: int, run_id: str, log: Log
               ) -> list[tuple[str, dict[str, Any]]]:
     """N injected pods in N/50 namespaces, schedules mixed: (namespace, pod) each."""
     from tests.e2e import test_results_service as e2e
-    from webhook import constants
     from webhook.kube import client as kube
+    from webhook.wire import constants
 
     namespaces = [f"fleet-{run_id}-{n}" for n in range(max(1, size // PODS_PER_NAMESPACE))]
     api = cluster.api_client()

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from webhook import constants
+from webhook.wire import constants
 
 
 class _Handler(BaseHTTPRequestHandler):

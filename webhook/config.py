@@ -17,7 +17,6 @@ from typing import Any
 
 import yaml
 
-from webhook import constants
 from webhook.errors import SettingsError, require
 from webhook.profiles import (
     DNS_LABEL,
@@ -25,6 +24,7 @@ from webhook.profiles import (
     ProfileSet,
     load_profile_set,
 )
+from webhook.wire import constants
 
 _DEFAULT_RESOURCES: Mapping[str, Any] = {
     "requests": {"cpu": "10m", "memory": "32Mi"},

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from webhook import jsonio
+from webhook.wire import jsonio
 
 REVIEW_LOGGER = "webhook.admission.mutate"  # the review log: one line per AdmissionReview
 

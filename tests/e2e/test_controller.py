@@ -221,7 +221,7 @@ def test_an_attached_toolset_ends_itself_at_its_deadline_and_the_app_keeps_runni
     namespaces 45 s; the webhook writes the attached toolset's deadline into its env, and the
     toolset ends itself then (exit 0). The controller, which holds no exec right, neither stops
     it nor reports it, since it ended in time. The pod, its app and its wiring stay."""
-    from webhook import constants
+    from webhook.wire import constants
 
     rule = {"apiVersion": "sidecar-debug.io/v1alpha1", "kind": "DebugPolicy",
             "metadata": {"name": "e2e-stop"},

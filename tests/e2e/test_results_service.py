@@ -37,12 +37,12 @@ from tests.e2e.conftest import wait_until
 from tests.unit.results.fake_collector import GrpcCollector, decode, folded_of
 from tests.unit.results.fake_sinks import FakeSink, go_pprof_raw, running
 from tests.unit.toolset.conftest import LIB, load_script
-from webhook import constants
 from webhook.certs import pki
 from webhook.certs.tls import write_bundle
 from webhook.config import Settings, load_settings
 from webhook.inject.sidecar import InjectionPlan, inject_pod
 from webhook.kube import client as kube
+from webhook.wire import constants
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.runtime import podman_pod
-from webhook import constants
+from webhook.wire import constants
 
 IMAGE = podman_pod.TOOLSET_IMAGE
 

@@ -1,12 +1,13 @@
-"""Layering: the pure core (injection, the guard, the policy model and privilege rule, profiles,
-constants, settings, the flame graph renderer, the profile formats) imports neither the
-Kubernetes client nor the server (nor Flask) nor webhook.kube nor the AdmissionReview wire layer
-(webhook.admission), not even lazily or through another module. Offline `inject`, `guard check`,
-`render` and the unit tests rely on that, and it keeps the core testable without a cluster.
+"""Layering: the pure core (the wire types, injection, the guard, the policy model and privilege
+rule, profiles, settings, the flame graph renderer, the profile formats) imports neither the
+Kubernetes client nor the server (nor Flask) nor webhook.kube nor the AdmissionReview layer
+(webhook.admission), not even lazily or through another module. Offline `inject`, `guard
+check`, `render` and the unit tests rely on that, and it keeps the core testable without a
+cluster. At the bottom, webhook.wire imports nothing of the project outside itself.
 
-The profile formats (webhook.stacks) are at the bottom: they import nothing else of the
-project's. The renderer (webhook.render) stands on them alone (and on webhook.jsonio, a leaf
-that imports nothing of the project's): not on the results service that also uses them."""
+The profile formats (webhook.stacks) import nothing else of the project's. The renderer
+(webhook.render) stands on them alone (and on webhook.wire.jsonio, a leaf that imports nothing
+of the project's): not on the results service that also uses them."""
 
 from __future__ import annotations
 
@@ -16,9 +17,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# Every module of webhook/inject, webhook/guard, webhook/render, webhook/stacks and
+# Every module of webhook/wire (the bottom layer: shapes, the parsed pod, status, identity,
+# image references, time, JSON, constants, exit codes).
+WIRE = tuple(sorted(f"webhook.wire.{p.stem}" for p in (ROOT / "webhook" / "wire").glob("*.py")))
+# Every module of webhook/wire, webhook/inject, webhook/guard, webhook/render, webhook/stacks and
 # webhook/schedules (a new one is covered without editing this list), plus these.
 PURE_CORE = (
+    *WIRE,
     *sorted(f"webhook.inject.{p.stem}" for p in (ROOT / "webhook" / "inject").glob("*.py")),
     *sorted(f"webhook.guard.{p.stem}" for p in (ROOT / "webhook" / "guard").glob("*.py")),
     "webhook.guard.pss",
@@ -36,11 +41,9 @@ PURE_CORE = (
     "webhook.policy.api",
     "webhook.policy.model",
     "webhook.policy.privilege",
-    "webhook.constants",
     "webhook.config",
     "webhook.profiles",
     "webhook.errors",
-    "webhook.identity",
 )
 FORBIDDEN = ("kubernetes", "webhook.server", "webhook.kube", "webhook.admission", "flask")
 
@@ -110,6 +113,39 @@ def forbidden_imports(start: str, root: Path = ROOT) -> list[str]:
 def test_pure_core_imports_no_client_and_no_server(module: str) -> None:
     assert module_file(module) is not None, f"{module} moved: update PURE_CORE"
     assert forbidden_imports(module) == []
+
+
+def outside_wire(module: str, root: Path = ROOT) -> list[str]:
+    """The project's modules outside webhook.wire that `module` imports (anywhere in it)."""
+    path = module_file(module, root)
+    assert path is not None, f"{module} moved: update WIRE"
+    return sorted(
+        m for m in imported_modules(path, root)
+        if m.startswith("webhook.") and m != "webhook.wire" and not m.startswith("webhook.wire.")
+    )
+
+
+@pytest.mark.parametrize("module", WIRE)
+def test_the_wire_layer_imports_nothing_above_it(module: str) -> None:
+    assert outside_wire(module) == []
+
+
+def test_the_wire_check_sees_an_import_from_above(tmp_path: Path) -> None:
+    package = tmp_path / "webhook"
+    (package / "wire").mkdir(parents=True)
+    (package / "inject").mkdir()
+    for init in (package / "__init__.py", package / "wire" / "__init__.py",
+                 package / "inject" / "__init__.py"):
+        init.write_text("")
+    (package / "inject" / "decision.py").write_text("")
+    (package / "wire" / "ok.py").write_text("from webhook.wire import other\n")
+    (package / "wire" / "other.py").write_text(
+        "def later():\n    from webhook.inject import decision\n"
+    )
+    assert outside_wire("webhook.wire.ok", tmp_path) == []
+    assert outside_wire("webhook.wire.other", tmp_path) == [
+        "webhook.inject", "webhook.inject.decision"
+    ]
 
 
 def test_the_check_sees_lazy_and_indirect_imports(tmp_path: Path) -> None:
@@ -201,7 +237,9 @@ def imports_outside(start: str, allowed: tuple[str, ...], root: Path = ROOT) -> 
 
 STACKS = sorted(f"webhook.stacks.{p.stem}" for p in (ROOT / "webhook" / "stacks").glob("*.py"))
 RENDER = sorted(f"webhook.render.{p.stem}" for p in (ROOT / "webhook" / "render").glob("*.py"))
-LEAVES = ("webhook.jsonio",)  # imported by the renderer: they import nothing of the project's
+LEAVES = ("webhook.wire.jsonio",)  # imported by the renderer: they import nothing of the project's
+# The packages on the way to a leaf: importing one runs only its __init__, which imports nothing.
+LEAF_PACKAGES = ("webhook.wire",)
 
 
 @pytest.mark.parametrize("module", STACKS)
@@ -211,7 +249,13 @@ def test_stacks_import_nothing_of_the_project_above_them(module: str) -> None:
 
 @pytest.mark.parametrize("module", RENDER)
 def test_the_renderer_imports_only_the_stacks(module: str) -> None:
-    assert imports_outside(module, ("webhook.render", "webhook.stacks", *LEAVES)) == []
+    outside = imports_outside(module, ("webhook.render", "webhook.stacks", *LEAVES))
+    assert [chain for chain in outside if chain.rsplit(" -> ", 1)[-1] not in LEAF_PACKAGES] == []
+
+
+@pytest.mark.parametrize("package", LEAF_PACKAGES)
+def test_the_packages_on_the_way_to_a_leaf_import_nothing(package: str) -> None:
+    assert list(project_imports(package)) == [package]
 
 
 @pytest.mark.parametrize("module", LEAVES)

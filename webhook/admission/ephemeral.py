@@ -24,16 +24,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from webhook import constants
 from webhook.admission.review import Request
 from webhook.config import Settings
-from webhook.inject import shape
 from webhook.inject.attach import env_value, is_attached
 from webhook.inject.patch import create_patch
 from webhook.inject.sidecar import session_env, with_session_env
 from webhook.policy.api import PolicyEngine, PolicyRequest
 from webhook.policy.privilege import beyond, extent, privilege_reasons
 from webhook.profiles import Profile
+from webhook.wire import constants, shape
+from webhook.wire.pod import service_account
 
 if TYPE_CHECKING:
     from webhook.kube.access import PodReader
@@ -113,8 +113,7 @@ class _PodContext:
         pod = self.get()
         if pod is None:
             return None
-        spec = pod["spec"]
-        return str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default")
+        return service_account(pod)
 
     def volumes(self) -> dict[str, dict[str, Any]] | None:
         pod = self.get()

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from webhook import constants, metrics
+from webhook import metrics
 from webhook.admission import review as admission
 from webhook.admission.review import Request, Review
 from webhook.config import Settings
@@ -50,11 +50,12 @@ from webhook.guard.pss import (
     quote,
     resolve,
 )
-from webhook.inject import shape
 from webhook.inject.attach import env_value
 from webhook.logs import REVIEW_LOGGER, log_fields
 from webhook.policy.api import PolicyRequest
-from webhook.rfc3339 import parse_time
+from webhook.wire import constants, shape
+from webhook.wire.pod import named, service_account
+from webhook.wire.rfc3339 import parse_time
 
 if TYPE_CHECKING:
     from webhook.kube.access import PodReader
@@ -118,11 +119,7 @@ def _annotations(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _named(items: Any) -> dict[str, dict[str, Any]]:
-    return {
-        c["name"]: c
-        for c in (items if isinstance(items, list) else [])
-        if isinstance(c, dict) and isinstance(c.get("name"), str)
-    }
+    return {c["name"]: c for c in named(items)}
 
 
 def changed_owned_annotations(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
@@ -329,11 +326,8 @@ class PodGuard:
                 f"sidecar-debug guard cannot read namespace {namespace!r} to choose its Pod "
                 f"Security level ({exc}); nothing was changed, try again",
             )
-        spec = pod.get("spec") or {}
-        service_account = str(spec.get("serviceAccountName") or spec.get("serviceAccount")
-                              or "default")
         level = stricter(settings.guard_level, labels.get(constants.LABEL_GUARD),
-                         self.policy.guard_level(namespace, service_account))
+                         self.policy.guard_level(namespace, service_account(pod)))
         version = namespace_version(labels)
         if version.problem:
             log.warning("namespace %r: label %s is invalid: %s", namespace,
@@ -399,8 +393,7 @@ class PodGuard:
         change."""
         settings = self.settings
         spec = pod.get("spec") or {}
-        service_account = str(spec.get("serviceAccountName") or spec.get("serviceAccount")
-                              or "default")
+        account = service_account(pod)
         user = request.get("userInfo") or {}
         old_names = {c for c in _named((old.get("spec") or {}).get("ephemeralContainers"))}
         added = {
@@ -418,14 +411,14 @@ class PodGuard:
                 attaching = [name for name, c in added.items()
                              if env_value(c, constants.ENV_PROFILE) == profile_name]
                 verdicts[profile_name] = self.policy.check_grant(PolicyRequest(
-                    namespace=namespace, service_account=service_account, user=user,
+                    namespace=namespace, service_account=account, user=user,
                     requested_profile=settings.profiles[profile_name], requested_image=None,
                     dry_run=bool(request.get("dryRun")),
                     ephemeral_container=attaching[0] if attaching else None))
             return verdicts[profile_name]
 
         def image_allowed(image: str) -> bool:
-            return self.policy.allows_image(namespace, service_account, image)
+            return self.policy.allows_image(namespace, account, image)
 
         chosen = cast(Level, level)
         version = version or resolve()

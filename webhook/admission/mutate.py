@@ -5,7 +5,7 @@ copy, diff).
 Whatever goes wrong, the answer is an AdmissionReview: a body that is no AdmissionReview or has
 no request is admitted unchanged with a message; a request or Pod whose fields have the wrong
 type (which the apiserver never sends: it decodes them first) is refused with a 400 naming the
-field (webhook.inject.shape); unknown profiles and policy denials are refused with a reason; and
+field (webhook.wire.shape); unknown profiles and policy denials are refused with a reason; and
 an unexpected error admits the pod without a sidecar (failing open for pod creation, never
 granting privilege) and is logged with its traceback.
 """
@@ -17,16 +17,17 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from webhook import constants, jsonio, metrics
+from webhook import metrics
 from webhook.admission import review as admission
 from webhook.admission.ephemeral import review_ephemeral
 from webhook.admission.review import Request, Review
 from webhook.certs.tls import BundleFile, results_ca_file
 from webhook.config import Settings
-from webhook.inject import pipeline, shape
+from webhook.inject import pipeline
 from webhook.inject.decision import decide
 from webhook.logs import REVIEW_LOGGER, log_fields
 from webhook.policy.api import AllowAll, PolicyEngine
+from webhook.wire import constants, jsonio, shape
 
 if TYPE_CHECKING:
     from webhook.kube.access import PodReader

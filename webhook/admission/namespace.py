@@ -9,12 +9,11 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook import constants
 from webhook.admission import review as admission
 from webhook.config import Settings
 from webhook.guard.pss import LEVELS, resolve
-from webhook.inject import shape
 from webhook.policy.gate import PolicyGate
+from webhook.wire import constants, shape
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
 
-from webhook import jsonio
-from webhook.identity import UserInfo
-from webhook.inject import shape
+from webhook.wire import jsonio, shape
+from webhook.wire.identity import UserInfo
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"

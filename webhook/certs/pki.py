@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from webhook import constants
+from webhook.wire import constants
 
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 

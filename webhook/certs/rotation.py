@@ -37,7 +37,6 @@ from cryptography import x509
 
 if TYPE_CHECKING:
     from webhook.config import Settings
-from webhook import constants
 from webhook.certs.pki import (
     DEFAULT_CA_VALIDITY,
     DEFAULT_RENEW_FRACTION,
@@ -74,6 +73,7 @@ from webhook.kube.secrets import (
     SecretStore,
     StoreError,
 )
+from webhook.wire import constants
 
 log = logging.getLogger(__name__)
 
@@ -322,8 +322,8 @@ def _decode_bundle(value: str | None) -> bytes:
 
 
 def empty_secret(namespace: str, name: str) -> dict[str, Any]:
-    """The Secret the chart creates for `self` mode (templates/webhook-tls-secret.yaml): the type and the
-    keys a kubernetes.io/tls Secret must have, all empty, for the webhook to fill."""
+    """The Secret the chart creates for `self` mode (templates/webhook-tls-secret.yaml): the
+    type and the keys a kubernetes.io/tls Secret must have, all empty, for the webhook to fill."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",

@@ -13,7 +13,7 @@ import socket
 import sys
 from pathlib import Path
 
-from webhook import constants
+from webhook.wire import constants
 
 IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 DEFAULT_LEASE_NAME = f"{constants.PRODUCT}-controller"

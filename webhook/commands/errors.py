@@ -12,13 +12,15 @@ import argparse
 import sys
 from dataclasses import dataclass
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_NO_TOOLSET = 5  # the pod has no (trustworthy) toolset container (the session commands)
-EXIT_API = 6  # the Kubernetes API refused or failed (as the session commands use it)
-EXIT_INTERRUPTED = 130  # Ctrl-C
-EXIT_PIPE = 141  # the reader of stdout left (`... | head`)
+from webhook.wire.exits import (
+    EXIT_API,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_NO_TOOLSET,
+    EXIT_OK,
+    EXIT_PIPE,
+    EXIT_USAGE,
+)
 
 # Every command's exit codes: `--help` shows this table (EPILOG), and so does the README.
 EXIT_CODES: tuple[tuple[int, str], ...] = (

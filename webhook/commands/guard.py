@@ -21,13 +21,14 @@ from typing import Any, TextIO
 
 import yaml
 
-from webhook import constants, manifest_yaml
+from webhook import manifest_yaml
 from webhook.commands import files, output
-from webhook.commands.errors import EXIT_FAILED, EXIT_USAGE
 from webhook.commands.inject import offline_settings
 from webhook.config import Settings
 from webhook.guard import check, pss
 from webhook.inject.workloads import WORKLOAD_KINDS, pod_templates
+from webhook.wire import constants
+from webhook.wire.exits import EXIT_FAILED, EXIT_USAGE
 
 DESCRIPTION = """\
 Check Pods and the pod templates of Deployments, StatefulSets, DaemonSets, ReplicaSets,

@@ -22,10 +22,10 @@ from typing import Any, BinaryIO, TextIO
 
 from webhook import manifest_yaml
 from webhook.commands import files
-from webhook.commands.errors import EXIT_FAILED, EXIT_USAGE
 from webhook.config import Settings, load_settings
 from webhook.errors import SettingsError
 from webhook.inject.workloads import WORKLOAD_KINDS, Outcome, inject_workload
+from webhook.wire.exits import EXIT_FAILED, EXIT_USAGE
 
 DESCRIPTION = """\
 Inject the debug sidecar into Pods and the pod templates of Deployments, StatefulSets,

@@ -19,11 +19,11 @@ from typing import Any
 from webhook.commands import output
 from webhook.config import Settings, load_settings
 from webhook.errors import SettingsError
-from webhook.identity import UserInfo
 from webhook.kube.access import AccessCheck, ClusterAPI, KubernetesClusterAPI
 from webhook.policy.api import PolicyRequest
 from webhook.policy.gate import Explanation, PolicyGate
 from webhook.policy.loader import PolicyError, PolicyStore, load_policy, policy_schema
+from webhook.wire.identity import UserInfo
 
 # What the apiserver reports as the requester for a pod made by a Deployment's ReplicaSet.
 REPLICASET_CONTROLLER = "system:serviceaccount:kube-system:replicaset-controller"

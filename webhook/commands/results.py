@@ -9,9 +9,9 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from webhook import constants
 from webhook.commands import output
 from webhook.policy.model import parse_duration
+from webhook.wire import constants
 
 _DURATION = re.compile(r"^([0-9]+[dhms])+$")
 # The results service's connections: each toolset keeps one open between its polls (idle for

@@ -7,8 +7,8 @@ import os
 import sys
 import tempfile
 
-from webhook import constants
 from webhook.config import load_settings
+from webhook.wire import constants
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -17,8 +17,9 @@ import sys
 import urllib.parse
 from typing import Any
 
-from webhook import __version__, constants
+from webhook import __version__
 from webhook.commands import output
+from webhook.wire import constants
 
 PART_OF = "app.kubernetes.io/part-of=sidecar-debug"
 COMPONENT = "app.kubernetes.io/component"

@@ -28,18 +28,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from webhook import constants
 from webhook.controller import metrics
 from webhook.controller.kubeapi import ApiError, KubeApi
 from webhook.controller.sessions import (
     ATTACHED,
     Session,
     expiry_of,
-    format_time,
     is_active_pod,
     sessions_of,
 )
 from webhook.policy.model import RuleSettings, format_duration
+from webhook.wire import constants
+from webhook.wire.rfc3339 import format_time
 
 log = logging.getLogger(__name__)
 

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from webhook import constants
 from webhook.config import Settings
 from webhook.controller import metrics
 from webhook.controller.expiry import ExpiryPass, RuleSource
 from webhook.controller.kubeapi import ApiError, ClientApi, KubeApi
 from webhook.controller.lease import LeaderElector, Timing
 from webhook.controller.schedules import ScheduleChecks
+from webhook.wire import constants
 
 log = logging.getLogger(__name__)
 

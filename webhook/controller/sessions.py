@@ -28,12 +28,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook import constants
 from webhook.inject.attach import env_value, is_attached
-from webhook.inject.status import read_status
-from webhook.rfc3339 import format_time, parse_time
-
-__all__ = ["format_time", "parse_time"]  # re-exported: expiry and `sessions` import them here
+from webhook.wire import constants
+from webhook.wire.pod import PodView, named
+from webhook.wire.rfc3339 import parse_time
+from webhook.wire.status import read_status
 
 INJECTED = constants.MODE_INJECTED
 STANDBY = constants.MODE_STANDBY
@@ -69,11 +68,6 @@ class Session:
         return f"{what} {self.container} (profile {self.profile or 'unknown'})"
 
 
-def _named(items: Any) -> list[dict[str, Any]]:
-    return [c for c in (items if isinstance(items, list) else [])
-            if isinstance(c, dict) and isinstance(c.get("name"), str)]
-
-
 def field_dict(parent: Mapping[str, Any], key: str) -> dict[str, Any]:
     """parent[key] when it is an object, else {} (API objects are read without trusting them)."""
     value = parent.get(key)
@@ -92,15 +86,15 @@ def is_attached_toolset(container: Any) -> bool:
 
 def sessions_of(pod: Mapping[str, Any]) -> list[Session]:
     """The debug sessions of one pod (empty for a pod we never touched)."""
-    metadata, spec = field_dict(pod, "metadata"), field_dict(pod, "spec")
+    view = PodView.of(pod)
     status = field_dict(pod, "status")
-    namespace, name = _text(metadata.get("namespace")), _text(metadata.get("name"))
-    uid = _text(metadata.get("uid"))
-    account = _text(spec.get("serviceAccountName")) or "default"
-    created = parse_time(metadata.get("creationTimestamp"))
+    namespace, name = view.namespace, view.name
+    uid = _text(view.metadata.get("uid"))
+    account = view.service_account
+    created = parse_time(view.metadata.get("creationTimestamp"))
     found: list[Session] = []
 
-    toolsets = [c for c in _named(spec.get("initContainers")) + _named(spec.get("containers"))
+    toolsets = [c for c in view.containers(("initContainers", "containers"))
                 if env_value(c, constants.ENV_PROFILE) is not None]
     for container in toolsets:
         found.append(_from_env(INJECTED, container, namespace, name, uid, account, created,
@@ -110,8 +104,8 @@ def sessions_of(pod: Mapping[str, Any]) -> list[Session]:
         found.append(Session(namespace, name, uid, STANDBY, "", recorded.profile, recorded.grant,
                              account, created, created, None))
 
-    states = {s["name"]: s.get("state") for s in _named(status.get("ephemeralContainerStatuses"))}
-    for container in _named(spec.get("ephemeralContainers")):
+    states = {s["name"]: s.get("state") for s in named(status.get("ephemeralContainerStatuses"))}
+    for container in view.containers(("ephemeralContainers",)):
         if not is_attached_toolset(container):
             continue
         state = states.get(container["name"])

@@ -42,11 +42,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from webhook import constants
 from webhook.config import Settings
 from webhook.guard.pss import ContainerRef, Violation, quote, shown
 from webhook.inject.attach import build_attach_container, env_value, is_attached
-from webhook.inject.shape import type_name_with_article
 from webhook.inject.sidecar import (
     SESSION_FACTS,
     InjectionPlan,
@@ -54,8 +52,11 @@ from webhook.inject.sidecar import (
     build_sidecar,
     results_env,
 )
-from webhook.inject.status import read_status
 from webhook.profiles import Profile
+from webhook.wire import constants
+from webhook.wire.image import image_repository
+from webhook.wire.shape import type_name_with_article
+from webhook.wire.status import read_status
 
 SERVICE_ACCOUNT_MOUNT: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"
@@ -91,27 +92,6 @@ class ToolsetReport:
 
 
 ImageAllowed = Callable[[str], bool]
-
-
-def image_repository(image: Any) -> str | None:
-    """The repository an image reference names, normalised as the runtime resolves it
-    (`toolset`, `docker.io/library/toolset:1` and `DOCKER.IO/library/toolset@sha256:...` are
-    one repository); None for what is not a reference at all."""
-    if not isinstance(image, str) or not image.strip():
-        return None
-    name = image.strip().split("@", 1)[0]
-    slash = name.rfind("/")
-    colon = name.rfind(":")
-    if colon > slash:
-        name = name[:colon]
-    parts = name.lower().split("/")
-    if len(parts) == 1 or not ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
-        parts.insert(0, "docker.io")
-    if parts[0] in ("index.docker.io", "registry-1.docker.io"):
-        parts[0] = "docker.io"
-    if parts[0] == "docker.io" and len(parts) == 2:
-        parts.insert(1, "library")
-    return "/".join(parts)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

@@ -14,10 +14,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from webhook import constants
 from webhook.config import Settings
 from webhook.inject.sidecar import app_containers, toolset_env
 from webhook.profiles import Profile
+from webhook.wire import constants
+from webhook.wire.pod import PodView
 
 
 def env_value(container: Any, name: str) -> str | None:
@@ -60,27 +61,13 @@ def default_attach_profile(settings: Settings) -> Profile | None:
     return max(candidates, key=lambda p: (len(p.techniques), len(p.shared_volumes)))
 
 
-def _spec(pod: dict[str, Any]) -> dict[str, Any]:
-    spec = pod.get("spec")
-    return spec if isinstance(spec, dict) else {}
-
-
-def _volumes(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    volumes = _spec(pod).get("volumes")
-    if not isinstance(volumes, list):
-        return {}
-    return {
-        v["name"]: v for v in volumes if isinstance(v, dict) and isinstance(v.get("name"), str)
-    }
-
-
 def shared_mounts(pod: dict[str, Any], settings: Settings) -> list[dict[str, Any]]:
     """Mounts of the pod's emptyDirs that an app container has at one of the profiles' shared
     paths (/tmp, /var/run/lttng): an injected pod's or a standby pod's shared volumes, or the
     app's own /tmp emptyDir. Perf maps and the LTTng socket are then the same files on both
     sides. Only emptyDirs: a hostPath the app mounts at /tmp must not reach the toolset."""
-    spec = _spec(pod)
-    volumes = _volumes(pod)
+    view = PodView.of(pod)
+    spec, volumes = view.spec, view.volumes
     paths: list[str] = []
     for profile in settings.profiles.values():
         for shared in profile.shared_volumes:
@@ -115,7 +102,7 @@ def host_path_mounts(pod: dict[str, Any], profile: Profile) -> list[dict[str, An
     gate asks for the profile's grant, which covers exactly these paths."""
     mounts: list[dict[str, Any]] = []
     for host in profile.host_paths:
-        for volume in _volumes(pod).values():
+        for volume in PodView.of(pod).volumes.values():
             source = volume.get("hostPath")
             if isinstance(source, dict) and str(source.get("path", "")).rstrip("/") == host.path:
                 mounts.append({"name": volume["name"], "mountPath": host.path, "readOnly": True})
@@ -125,7 +112,7 @@ def host_path_mounts(pod: dict[str, Any], profile: Profile) -> list[dict[str, An
 
 def default_target(pod: dict[str, Any], settings: Settings) -> str | None:
     """The first app container (not our injected sidecar): whose PID namespace `attach` joins."""
-    for container in _spec(pod).get("containers") or []:
+    for container in PodView.of(pod).spec.get("containers") or []:
         name = container.get("name") if isinstance(container, dict) else None
         if isinstance(name, str) and name != settings.sidecar_name:
             return name

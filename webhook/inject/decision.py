@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook import constants
 from webhook.config import Settings
-from webhook.inject.shape import type_name
-from webhook.inject.status import read_status
 from webhook.profiles import Profile
+from webhook.wire import constants
+from webhook.wire.shape import type_name
+from webhook.wire.status import read_status
 
 _FALSE_WORDS = frozenset({"false", "no", "off", "0", "disabled"})
 _TRUE_WORDS = frozenset({"true", "yes", "on", "1", "enabled"})

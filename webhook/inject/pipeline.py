@@ -11,15 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from webhook import constants
 from webhook.config import Settings
-from webhook.identity import UserInfo
-from webhook.inject import shape
 from webhook.inject.attach import env_value
 from webhook.inject.decision import decide, status_container
 from webhook.inject.patch import create_patch
 from webhook.inject.sidecar import InjectionPlan, inject_pod, session_env, with_session_env
 from webhook.policy.api import PolicyEngine, PolicyRequest, PolicyResult
+from webhook.wire import constants, shape
+from webhook.wire.identity import UserInfo
+from webhook.wire.pod import service_account
 
 Status = Literal["injected", "skipped", "denied", "error"]
 # Reason of a refusal because the object does not have a Pod's shape (HTTP 400, as for a
@@ -63,11 +63,6 @@ class OfflinePolicy:
 
     def namespace_mode(self, namespace: str) -> str | None:
         return None  # offline: no namespace to read; the pod's annotation or defaultMode
-
-
-def service_account(pod: dict[str, Any]) -> str:
-    spec = pod.get("spec") or {}
-    return str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default")
 
 
 def _session_facts(

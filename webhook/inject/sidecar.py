@@ -11,11 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook import __version__, constants
+from webhook import __version__
 from webhook.config import Settings
-from webhook.inject.status import InjectionStatus
 from webhook.profiles import EnvHint, Profile
-from webhook.rfc3339 import format_time
+from webhook.wire import constants
+from webhook.wire.rfc3339 import format_time
+from webhook.wire.status import InjectionStatus
 
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 

@@ -14,11 +14,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from webhook import constants
 from webhook.config import Settings
 from webhook.inject import pipeline
 from webhook.inject.decision import is_injected, wired_standby
-from webhook.inject.status import read_status
+from webhook.wire import constants
+from webhook.wire.status import read_status
 
 # Where the pod template lives, by kind (apps/v1, batch/v1).
 TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {

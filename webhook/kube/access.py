@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from webhook import constants
+from webhook.wire import constants
 
 
 class ClusterAPIError(RuntimeError):

@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from webhook import constants
-from webhook.identity import UserInfo
 from webhook.profiles import Profile
+from webhook.wire import constants
+from webhook.wire.identity import UserInfo
 
 # What a policy does when the gate says no to the requested profile.
 Mode = Literal["downgrade", "skip", "deny"]

@@ -23,7 +23,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from webhook import constants
 from webhook.config import Settings
 from webhook.kube.access import (
     AccessCheck,
@@ -46,7 +45,8 @@ from webhook.policy.model import (
 )
 from webhook.policy.privilege import pod_security_refusal
 from webhook.profiles import Profile
-from webhook.rfc3339 import format_time
+from webhook.wire import constants
+from webhook.wire.rfc3339 import format_time
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from webhook import constants
 from webhook.policy.api import Mode
+from webhook.wire import constants
 
 _DURATION = re.compile(r"([0-9]+)([dhms])")
 

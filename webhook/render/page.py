@@ -20,8 +20,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from webhook import jsonio
 from webhook.render.model import Profile, frame_table, is_named
+from webhook.wire import jsonio
 
 _HOME = re.compile(r"^(?:\.\./)*$|^\./$|^/$")
 

@@ -48,10 +48,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from webhook import constants
 from webhook.errors import Refused
 from webhook.kube.access import AccessCheck, ClusterAPIError, KubernetesClusterAPI, TTLCache
 from webhook.results import metrics
+from webhook.wire import constants
 
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 POD_HEADER = "X-Sidecar-Debug-Pod"

@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook import constants
 from webhook.config import Settings
 from webhook.results import metrics
 from webhook.schedules import plan as plans
+from webhook.wire import constants
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ def slim(obj: Mapping[str, Any], settings: Settings | None = None) -> dict[str, 
         plans.with_verified_toolset(obj, settings, result)
         result["spec"] = {
             "serviceAccountName": spec.get("serviceAccountName"),
+            "serviceAccount": spec.get("serviceAccount"),
             **{kind: [{k: c[k] for k in ("name", "image") if k in c}
                       for c in spec.get(kind) or [] if isinstance(c, dict)]
                for kind in ("containers", "initContainers") if isinstance(spec.get(kind), list)},
@@ -70,6 +71,7 @@ def slim(obj: Mapping[str, Any], settings: Settings | None = None) -> dict[str, 
     elif isinstance(spec, dict) and "containers" in spec:
         result["spec"] = {
             "serviceAccountName": spec.get("serviceAccountName"),
+            "serviceAccount": spec.get("serviceAccount"),
             **{kind: [c for c in map(_slim_container, spec.get(kind) or []) if c]
                for kind in ("containers", "initContainers") if isinstance(spec.get(kind), list)},
         }

@@ -34,7 +34,6 @@ from typing import Any, NoReturn
 from flask import Flask, Response, abort, g, request
 from werkzeug.exceptions import HTTPException
 
-from webhook import constants, jsonio
 from webhook.errors import Refused
 from webhook.policy.model import duration_seconds
 from webhook.results import failures, metrics
@@ -48,6 +47,8 @@ from webhook.results.web import create_app
 from webhook.schedules import plan as plans
 from webhook.schedules.spec import Schedule
 from webhook.stacks import MAX_DEPTH, folded
+from webhook.wire import constants, jsonio
+from webhook.wire.pod import service_account
 
 log = logging.getLogger(__name__)
 
@@ -340,9 +341,9 @@ class Service:
         if identity.pod_uid is not None and plans.uid_of(pod) != identity.pod_uid:
             raise AuthError(403, f"the token is bound to another pod named "
                             f"{identity.namespace}/{identity.pod} (uid {identity.pod_uid})")
-        if plans.service_account_of(pod) != identity.service_account:
+        if service_account(pod) != identity.service_account:
             raise AuthError(403, f"pod {identity.namespace}/{identity.pod} runs as service "
-                            f"account {plans.service_account_of(pod)}, not "
+                            f"account {service_account(pod)}, not "
                             f"{identity.service_account}")
         return identity, pod
 

@@ -23,7 +23,7 @@ from urllib.parse import urlencode
 
 from flask import Flask, Response, abort, g, render_template_string, request
 
-from webhook import constants, render
+from webhook import render
 from webhook.results.auth import AuthError
 from webhook.results.index import DEFAULT_PAGE, MAX_PAGE, Page, Query, QueryError, parse_moment
 from webhook.results.store import (
@@ -35,6 +35,7 @@ from webhook.results.store import (
     check_technique,
 )
 from webhook.stacks import Stack, folded, pprof, speedscope
+from webhook.wire import constants
 
 # The list of runs and the error pages run no script; flame graph pages send their own policy.
 CSP = ("default-src 'none'; script-src 'none'; style-src 'self' 'unsafe-inline'; "

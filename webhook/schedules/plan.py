@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from webhook import constants
 from webhook.config import Settings
 from webhook.guard.toolset import verify_toolsets
 from webhook.policy.model import RuleSettings, format_duration
 from webhook.schedules.spec import Schedule, ScheduleError, parse
+from webhook.wire import constants
+from webhook.wire.pod import service_account
 
 STARTING_DEADLINE = timedelta(minutes=5)
 # CPU a single annotation value may cost to parse (thread time). The size and nesting limits
@@ -114,12 +115,6 @@ def is_running(pod: Mapping[str, Any]) -> bool:
     status = pod.get("status")
     return (isinstance(status, dict) and status.get("phase") == "Running"
             and not _metadata(pod).get("deletionTimestamp"))
-
-
-def service_account_of(pod: Mapping[str, Any]) -> str:
-    spec = pod.get("spec")
-    account = spec.get("serviceAccountName") if isinstance(spec, dict) else None
-    return account if isinstance(account, str) and account else "default"
 
 
 def digest(text: str) -> str:
@@ -296,7 +291,7 @@ def check(schedule: Schedule, pod: Mapping[str, Any], toolset: Toolset | None,
             f"{constants.ANNOTATION_PROFILE}) with the RBAC grant it needs, and recreate the "
             "pod; or change the schedule's technique"))
     try:
-        rule, where = rules.rule_for(namespace, service_account_of(pod))
+        rule, where = rules.rule_for(namespace, service_account(pod))
     except Exception as error:  # noqa: BLE001 - undecidable now: the pod's problem, retried
         return problem(REASON_POLICY, f"the policy rule for this pod cannot be decided now "
                        f"({type(error).__name__}: {error})")

@@ -25,10 +25,10 @@ from typing import Any
 
 import yaml
 
-from webhook import constants
-from webhook.inject.shape import type_name_with_article
 from webhook.policy.model import LabelSelector, duration_seconds
 from webhook.schedules import cron
+from webhook.wire import constants
+from webhook.wire.shape import type_name_with_article
 
 DEFAULT_DURATION = 30
 MAX_DURATION = 3600

@@ -9,9 +9,9 @@ import os
 import ssl
 from typing import Any
 
-from webhook import constants
 from webhook.certs import rotation, tls
 from webhook.config import load_settings
+from webhook.wire import constants
 
 _settings = load_settings()
 

@@ -4,7 +4,7 @@ the guard's `PodGuard.review(body)`, the namespace gate's review).
 One Flask blueprint; webhook.server.app.create_app registers it. Hostile input gets a 4xx with a
 JSON reason (or an AdmissionReview answer), never a 5xx or a traceback: wrong content type 415,
 empty body 400, too large 413, invalid JSON 400, unknown path 404, wrong method 405 with
-`Allow`. The review is parsed and answered with orjson (webhook.jsonio), not Flask's JSON.
+`Allow`. The review is parsed and answered with orjson (webhook.wire.jsonio), not Flask's JSON.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ from werkzeug.exceptions import (
     UnsupportedMediaType,
 )
 
-from webhook import jsonio, metrics
+from webhook import metrics
 from webhook.admission.mutate import Mutator
 from webhook.admission.review import Review
 from webhook.config import Settings
+from webhook.wire import jsonio
 
 log = logging.getLogger(__name__)
 JSON = "application/json"

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import quote
 
-from webhook import constants, render
+from webhook import render
 from webhook.config import Settings, load_settings
 from webhook.inject.attach import (
     attached_name,
@@ -39,19 +39,17 @@ from webhook.inject.attach import (
     default_target,
     is_attached,
 )
-from webhook.inject.status import read_status
 from webhook.kube import client as kube
 from webhook.profiles import Profile
 from webhook.sessions import copyback
 from webhook.sessions.settings import InstalledSettings, SettingsNotFound, find_settings
 from webhook.stacks import folded as folded_stacks
+from webhook.wire import constants
+from webhook.wire.exits import EXIT_API, EXIT_FAILED, EXIT_NO_TOOLSET, EXIT_OK, EXIT_USAGE
+from webhook.wire.image import same_image
+from webhook.wire.pod import named
+from webhook.wire.status import read_status
 
-# Exit codes of the session commands (the in-sidecar scripts' own codes pass through).
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_NO_TOOLSET = 5  # the pod has no (trustworthy) toolset container
-EXIT_API = 6  # the Kubernetes API refused or failed
 READ_LIMIT = 1 << 20  # a file fetch() returns (a summary, trigger.json): small, held in memory
 
 # Output of one exec kept in memory (stdout and stderr together; a copy-back's archive is
@@ -318,17 +316,12 @@ class Session:
             self.exec(["rm", "-rf", remote_dir], container=container)
 
 
-def _named(items: Any) -> list[dict[str, Any]]:
-    return [c for c in (items if isinstance(items, list) else [])
-            if isinstance(c, dict) and isinstance(c.get("name"), str)]
-
-
 def find_toolset_container(pod: dict[str, Any], requested: str | None, sidecar_name: str) -> str:
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
-    names = [c["name"] for c in _named(spec.get("containers"))]
-    init_names = [c["name"] for c in _named(spec.get("initContainers"))]
-    ephemeral = _named(spec.get("ephemeralContainers"))
+    names = [c["name"] for c in named(spec.get("containers"))]
+    init_names = [c["name"] for c in named(spec.get("initContainers"))]
+    ephemeral = named(spec.get("ephemeralContainers"))
     if requested:
         every = names + init_names + [c["name"] for c in ephemeral]
         if requested not in every:
@@ -340,7 +333,7 @@ def find_toolset_container(pod: dict[str, Any], requested: str | None, sidecar_n
     if injected in names or injected in init_names:
         return injected
     running = {
-        s.get("name") for s in _named(status.get("ephemeralContainerStatuses"))
+        s.get("name") for s in named(status.get("ephemeralContainerStatuses"))
         if isinstance(s.get("state"), dict) and s["state"].get("running") is not None
     }
     attached = [c["name"] for c in ephemeral if is_attached(c) and c["name"] in running]
@@ -350,23 +343,6 @@ def find_toolset_container(pod: dict[str, Any], requested: str | None, sidecar_n
         f"pod {pod['metadata']['name']} has no toolset container: it was not injected (label "
         "the pod or its namespace debug=enabled and recreate it) and nothing was attached "
         "(`sidecar-debug attach POD` adds one to the running pod)", EXIT_NO_TOOLSET)
-
-
-def same_image(a: str, b: str) -> bool:
-    """Two references to one image, as written in a spec and as the kubelet reports it
-    (`busybox` and `docker.io/library/busybox:latest`; a digest decides when both have one)."""
-
-    def normal(reference: str) -> tuple[str, str]:
-        name, _, digest = reference.strip().partition("@")
-        name = name.removeprefix("docker.io/").removeprefix("library/")
-        if ":" not in name.rsplit("/", 1)[-1]:
-            name += ":latest"
-        return name, digest
-
-    (name_a, digest_a), (name_b, digest_b) = normal(a), normal(b)
-    if digest_a and digest_b:
-        return digest_a == digest_b
-    return name_a == name_b
 
 
 def verify_toolset_container(pod: dict[str, Any], name: str, settings: Settings) -> None:
@@ -381,7 +357,7 @@ def verify_toolset_container(pod: dict[str, Any], name: str, settings: Settings)
     pod_name = (pod.get("metadata") or {}).get("name", "")
     statuses = {s["name"]: s for key in ("containerStatuses", "initContainerStatuses",
                                          "ephemeralContainerStatuses")
-                for s in _named(status.get(key))}
+                for s in named(status.get(key))}
 
     def refuse(why: str) -> SessionError:
         return SessionError(
@@ -397,7 +373,7 @@ def verify_toolset_container(pod: dict[str, Any], name: str, settings: Settings)
                     if v.container is not None and v.container.name == name), None)
         spec = pod.get("spec") or {}
         every = {c["name"]: c for key in ("containers", "initContainers", "ephemeralContainers")
-                 for c in _named(spec.get(key))}
+                 for c in named(spec.get(key))}
         image = str((every.get(name) or {}).get("image") or "(none)")
         raise refuse(why or f"it is not what sidecar-debug builds for any profile (it runs "
                      f"image {image}; the toolset image is {settings.toolset_image})")
@@ -603,7 +579,7 @@ def attach(session: Session, *, profile_name: str | None = None, target: str | N
         profile = default_attach_profile(settings)
     pod = session.read_pod()
     spec = pod.get("spec") or {}
-    app_containers = [c["name"] for c in _named(spec.get("containers"))]
+    app_containers = [c["name"] for c in named(spec.get("containers"))]
     if target is None:
         target = default_target(pod, settings)
         if target is None:
@@ -622,7 +598,7 @@ def attach(session: Session, *, profile_name: str | None = None, target: str | N
     container = build_attach_container(
         pod, settings, profile, name=name, target=target,
         with_security_context=with_security_context)
-    existing = _named(spec.get("ephemeralContainers"))
+    existing = named(spec.get("ephemeralContainers"))
     path = f"/api/v1/namespaces/{session.namespace}/pods/{session.pod}/ephemeralcontainers"
     try:
         if minor >= POD_SHAPED_EPHEMERAL_MINOR:
@@ -638,7 +614,7 @@ def attach(session: Session, *, profile_name: str | None = None, target: str | N
                 "kind": "EphemeralContainers",
                 "metadata": current.get("metadata") or {"name": session.pod,
                                                         "namespace": session.namespace},
-                "ephemeralContainers": [*_named(current.get("ephemeralContainers")), container],
+                "ephemeralContainers": [*named(current.get("ephemeralContainers")), container],
             }
             kube.request(session.api_client, "PUT", path, body, "application/json")
     except ApiException as error:
@@ -663,7 +639,7 @@ def attach(session: Session, *, profile_name: str | None = None, target: str | N
     session.err.write("waiting for it to run\n")
     deadline = time.monotonic() + wait_seconds
     while time.monotonic() < deadline:
-        statuses = _named((session.read_pod().get("status") or {}).get(
+        statuses = named((session.read_pod().get("status") or {}).get(
             "ephemeralContainerStatuses"))
         state = next((s.get("state") or {} for s in statuses if s.get("name") == name), {})
         if state.get("running") is not None:

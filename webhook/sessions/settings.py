@@ -21,11 +21,11 @@ from typing import Any
 
 import yaml
 
-from webhook import constants
 from webhook.config import Settings, settings_from_document
 from webhook.errors import SettingsError
 from webhook.kube import client as kube
 from webhook.profiles import YAML_LOADER, load_profile_set, parse_profile_set
+from webhook.wire import constants
 
 WEBHOOK_CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 HOW_TO = (

@@ -426,7 +426,7 @@ skips the excluded namespaces by the request's namespace name).
 {{- end -}}
 
 {{/*
-Guarded namespaces (webhook/constants.py LABEL_GUARD), as the matchExpressions of one of three
+Guarded namespaces (webhook/wire/constants.py LABEL_GUARD), as the matchExpressions of one of three
 disjoint parts: "optIn" (labelled <labelKey>=<labelEnabled>), "label" (not opted in, carrying the
 guard label) and "none" (neither). Selectors cannot say "or": each part is its own entry.
 */}}

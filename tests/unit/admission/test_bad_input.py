@@ -13,12 +13,12 @@ from flask.testing import FlaskClient
 
 from tests.unit.admission.conftest import Tracebacks
 from tests.unit.core_helpers import admission_review, default_settings, settings_with
-from webhook import constants
 from webhook.admission.mutate import Mutator
 from webhook.admission.review import decode_patch
 from webhook.inject.patch import apply_patch
 from webhook.policy.api import AllowAll
 from webhook.server.app import create_app
+from webhook.wire import constants
 
 STATUS = constants.ANNOTATION_STATUS
 UID = "5b0e1c7e-1d2f-4c1b-9a59-3f8c1f0e2a11"

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from tests.unit.policy.test_policy import ALICE, FakeCluster, make_gate, policy_text
-from webhook import constants
 from webhook.admission.mutate import Mutator
 from webhook.admission.review import decode_patch
 from webhook.config import Settings, load_settings
 from webhook.inject.patch import apply_patch
 from webhook.kube.access import ClusterAPIError
+from webhook.wire import constants
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "admission"
 FIXTURE = FIXTURES / "ephemeral-containers.json"

@@ -26,7 +26,6 @@ from hypothesis import strategies as st
 
 from tests.unit.admission.conftest import Tracebacks
 from tests.unit.policy.test_policy import FakeCluster, make_gate, policy_text
-from webhook import constants
 from webhook.admission.guard import PodGuard
 from webhook.admission.mutate import Mutator
 from webhook.admission.review import decode_patch
@@ -35,6 +34,7 @@ from webhook.inject.patch import apply_patch
 from webhook.kube.access import ClusterAPIError
 from webhook.server.app import create_app
 from webhook.server.routes import EXTENSION
+from webhook.wire import constants
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "admission"
 # At least 10,000 in CI; SIDECAR_DEBUG_FUZZ_EXAMPLES raises it for a longer local hunt.

@@ -19,7 +19,6 @@ import pytest
 from tests.unit.core_helpers import admission_review
 from tests.unit.policy.test_policy import NOW as GATE_NOW
 from tests.unit.policy.test_policy import FakeCluster, make_gate
-from webhook import constants
 from webhook.admission.guard import (
     FACT_SKEW,
     PodGuard,
@@ -34,6 +33,7 @@ from webhook.config import Settings, load_settings
 from webhook.inject.patch import apply_patch
 from webhook.policy.api import PolicyRequest
 from webhook.policy.gate import GrantVerdict, PolicyGate
+from webhook.wire import constants
 
 NOW = dt.datetime(2026, 12, 3, 12, 0, 0, tzinfo=dt.UTC)
 NAMESPACE = "shop"

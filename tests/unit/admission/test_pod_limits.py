@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from tests.unit.core_helpers import admission_review, default_settings, settings_with
-from webhook import constants
 from webhook.admission.mutate import Mutator
 from webhook.inject import pipeline
+from webhook.wire import constants
 
 
 def _pod(containers: int, labels: dict[str, str] | None = None) -> dict[str, Any]:

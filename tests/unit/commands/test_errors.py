@@ -11,6 +11,7 @@ import pytest
 
 from webhook.commands import errors
 from webhook.commands.cli import main
+from webhook.wire import exits
 
 
 def test_certs_ensure_with_a_bad_kubeconfig_says_so_in_one_line(
@@ -54,13 +55,13 @@ def test_a_refused_api_call_says_what_the_apiserver_said(
     refused = ApiException(status=403, reason="Forbidden")
     refused.body = ('{"kind":"Status","message":"secrets is forbidden: User \\"dev\\" cannot '
                     'create resource \\"secrets\\" in the namespace \\"tools\\"","code":403}')
-    assert errors.handle(refused) == errors.EXIT_API
+    assert errors.handle(refused) == exits.EXIT_API
     assert capsys.readouterr().err == (
         'sidecar-debug: Kubernetes API: HTTP 403 Forbidden: secrets is forbidden: User "dev" '
         'cannot create resource "secrets" in the namespace "tools"\n')
     bare = ApiException(status=500, reason="Internal Server Error")
     bare.body = "<html>oops</html>"
-    assert errors.handle(bare) == errors.EXIT_API
+    assert errors.handle(bare) == exits.EXIT_API
     assert capsys.readouterr().err == (
         "sidecar-debug: Kubernetes API: HTTP 500 Internal Server Error\n")
 

@@ -20,11 +20,11 @@ import yaml
 from tests.unit.commands.test_inject_manifest import billion_laughs
 from tests.unit.core_helpers import default_settings
 from tests.unit.guard.test_pss import CHECK, EXPECT, FIELD, FIXTURES
-from webhook import constants
 from webhook.commands import guard as guard_cli
 from webhook.guard import pss
 from webhook.guard.pss import Level
 from webhook.manifest_yaml import _CheckLoader
+from webhook.wire import constants
 
 CLI = [sys.executable, "-m", "webhook.commands.cli"]
 LINE = re.compile(r"^(?P<file>[^:]+):(?P<line>\d+): document (?P<doc>\d+), (?P<what>[^:]+): "

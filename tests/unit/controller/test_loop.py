@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from tests.unit.controller.fake import FakeApi, injected
-from webhook import constants
 from webhook.controller import metrics
 from webhook.controller.lease import Timing
 from webhook.controller.loop import Controller, Options
 from webhook.policy.model import RuleSettings
+from webhook.wire import constants
 
 NS, LEASE = "sidecar-debug", "sd-controller"
 

@@ -16,6 +16,7 @@ from webhook.commands.cli import main
 from webhook.commands.sessions import sessions_cli
 from webhook.kube import client as kube
 from webhook.sessions import session as sessions
+from webhook.wire import exits
 
 MINUTE = dt.timedelta(minutes=1)
 
@@ -122,7 +123,7 @@ def test_no_sessions_and_no_permission_say_so_in_one_line(
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == "No debug sessions in namespace empty.\n"
     monkeypatch.setattr(kube, "request", Pods([], error=403))
-    assert main(["sessions", "-n", "secret"]) == sessions.EXIT_API
+    assert main(["sessions", "-n", "secret"]) == exits.EXIT_API
     err = capsys.readouterr().err
     assert err == ("sidecar-debug sessions: listing pods in namespace secret: HTTP 403 "
                    "Forbidden (you need `list` on pods there)\n")

@@ -17,12 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.core_helpers import default_settings, settings_with
-from webhook import constants
 from webhook.config import Settings
 from webhook.guard import toolset
-from webhook.guard.toolset import image_repository, verify_toolsets
+from webhook.guard.toolset import verify_toolsets
 from webhook.inject.attach import attached_name, build_attach_container
 from webhook.inject.workloads import inject_workload
+from webhook.wire import constants
 
 IMAGE = default_settings().toolset_image  # ghcr.io/sidecar-debug/toolset:0.1.0
 SA_VOLUME = {"name": "kube-api-access-x1y2z", "projected": {"sources": [
@@ -244,24 +244,6 @@ def test_an_image_the_policy_allows_verifies_only_through_the_callers_predicate(
     assert verified(pod) == []
     report = verify_toolsets(pod, default_settings(), lambda i: i.startswith("registry.corp/"))
     assert [t.profile for t in report.toolsets] == ["full"]
-
-
-@pytest.mark.parametrize(
-    ("image", "repository"),
-    [
-        ("toolset", "docker.io/library/toolset"),
-        ("library/toolset:1", "docker.io/library/toolset"),
-        ("index.docker.io/library/toolset@sha256:ab", "docker.io/library/toolset"),
-        ("localhost:5000/a/b:c", "localhost:5000/a/b"),
-        ("localhost/a", "localhost/a"),
-        ("Registry.Example:443/A/B:Tag", "registry.example:443/a/b"),
-        ("", None),
-        (None, None),
-        (["x"], None),
-    ],
-)
-def test_image_repository(image: Any, repository: str | None) -> None:
-    assert image_repository(image) == repository
 
 
 def test_the_forged_pod_of_the_issue_is_two_violations() -> None:

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from webhook import constants
 from webhook.config import Settings, load_settings
 from webhook.inject.attach import (
     build_attach_container,
@@ -17,6 +16,7 @@ from webhook.inject.attach import (
     is_attached,
 )
 from webhook.policy.privilege import privilege_reasons
+from webhook.wire import constants
 
 IMAGE = "registry.local/team/toolset:2.0"
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from tests.unit.core_helpers import mutator, validate_pod
-from webhook import constants
 from webhook.admission.review import decode_patch
 from webhook.inject.patch import apply_patch
+from webhook.wire import constants
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "admission"
 # Pod CREATE reviews; the UPDATE ones (pods/ephemeralcontainers, the guard's pod-update) are

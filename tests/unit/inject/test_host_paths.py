@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.core_helpers import admission_review, default_settings, mutator
-from webhook import constants
 from webhook.admission.review import decode_patch
 from webhook.inject.patch import apply_patch
 from webhook.inject.sidecar import InjectionPlan, inject_pod
+from webhook.wire import constants
 
 SETTINGS = default_settings()
 PROFILES = sorted(SETTINGS.profiles)

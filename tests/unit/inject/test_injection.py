@@ -14,11 +14,11 @@ from tests.unit.core_helpers import (
     mutator,
     settings_with,
 )
-from webhook import constants
 from webhook.admission.review import decode_patch
 from webhook.config import load_settings
 from webhook.errors import SettingsError
 from webhook.inject.decision import decide
+from webhook.wire import constants
 
 
 def pod(**spec: Any) -> dict[str, Any]:

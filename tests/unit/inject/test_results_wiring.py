@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.unit.core_helpers import injected, settings_with, validate_pod
-from webhook import constants
 from webhook.certs import pki
 from webhook.certs.tls import write_bundle
+from webhook.wire import constants
 
 URL = "https://sd-results.sidecar-debug.svc:443"
 AUDIENCE = "sidecar-debug.io/results/sidecar-debug/sd-results"

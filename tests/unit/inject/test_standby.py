@@ -19,7 +19,6 @@ from tests.unit.policy.test_policy import (
     request,
     write,
 )
-from webhook import constants
 from webhook.config import load_settings
 from webhook.errors import SettingsError
 from webhook.inject import pipeline
@@ -27,6 +26,7 @@ from webhook.inject.workloads import inject_document
 from webhook.policy.api import AllowAll, PolicyRequest, PolicyResult
 from webhook.policy.gate import PolicyGate
 from webhook.policy.loader import PolicyStore
+from webhook.wire import constants
 
 STANDBY = {constants.ANNOTATION_MODE: constants.MODE_STANDBY}
 

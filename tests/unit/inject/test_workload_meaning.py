@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from tests.unit.core_helpers import default_settings, injected, settings_with
-from webhook import constants
 from webhook.inject.decision import decide, foreign_os
 from webhook.inject.sidecar import SESSION_FACTS
 from webhook.inject.workloads import inject_document
+from webhook.wire import constants
 
 EXIT = constants.ENV_EXIT_WITH_APP
 APPS = constants.ENV_APP_CONTAINERS

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from webhook.config import Settings, load_settings
-from webhook.identity import UserInfo
 from webhook.policy.gate import PolicyGate
 from webhook.policy.loader import PolicyError, load_policy
 from webhook.policy.model import BUILTIN_NON_GRANTING
+from webhook.wire.identity import UserInfo
 
 from .test_policy import (
     ALICE,

@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from webhook import constants
 from webhook.config import Settings, load_settings
-from webhook.identity import UserInfo
 from webhook.kube.access import AccessCheck, ClusterAPIError
 from webhook.policy.api import PolicyRequest
 from webhook.policy.gate import PolicyGate, is_controller_identity, load_policy_engine
@@ -21,6 +19,8 @@ from webhook.policy.loader import BUILTIN_POLICY, PolicyError, PolicyStore, load
 from webhook.policy.model import parse_duration
 from webhook.policy.privilege import pod_security_refusal
 from webhook.profiles import Profile
+from webhook.wire import constants
+from webhook.wire.identity import UserInfo
 
 REPO = Path(__file__).resolve().parents[3]
 NOW = dt.datetime(2026, 12, 2, 12, 0, 0, tzinfo=dt.UTC)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ssl
 import threading
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,7 +109,10 @@ class GrpcCollector:
         # 4 MiB: the Collector's default max_recv_msg_size_mib, and gRPC's.
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
                                   options=[("grpc.max_receive_message_length", max_receive)])
-        profiles_service_pb2_grpc.add_ProfilesServiceServicer_to_server(Servicer(), self.server)
+        # Untyped in some releases of the bindings (1.45.2's _grpc module has no annotations).
+        register: Callable[[Any, grpc.Server], None] = (
+            profiles_service_pb2_grpc.add_ProfilesServiceServicer_to_server)
+        register(Servicer(), self.server)
         if tls is None:
             self.port = self.server.add_insecure_port("127.0.0.1:0")
         else:

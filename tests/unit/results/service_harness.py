@@ -13,13 +13,13 @@ from typing import Any
 from flask.testing import FlaskClient
 
 from tests.unit.schedules.test_plan import SETTINGS, Rules, namespace, pod
-from webhook import constants
 from webhook.kube.access import AccessCheck
 from webhook.results.auth import Authenticator
 from webhook.results.mirror import Mirror, slim
 from webhook.results.planner import Planner
 from webhook.results.service import Retention, Service, create_service_app
-from webhook.schedules import plan as plans
+from webhook.wire import constants
+from webhook.wire.pod import service_account
 
 AUDIENCE = "sidecar-debug.io/results/sd/r"
 T0 = datetime(2026, 12, 3, 7, 0, 20, tzinfo=UTC)
@@ -70,7 +70,7 @@ def make_service(root: Path, pods: dict[str, list[str]], *, annotation: str | No
         namespace_mirror.items[("", space)] = slim(namespace(space))
         for name in names:
             obj = pod(name, namespace=space, annotation=annotation or schedule())
-            assert plans.service_account_of(obj) == "default"
+            assert service_account(obj) == "default"
             pod_mirror.items[(space, name)] = slim(obj)
     pod_mirror.ready.set()
     namespace_mirror.ready.set()

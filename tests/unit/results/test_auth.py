@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from webhook import constants
 from webhook.kube.access import AccessCheck
 from webhook.results.auth import (
     EXPIRY_MARGIN_SECONDS,
@@ -21,6 +20,7 @@ from webhook.results.auth import (
     token_expiry,
 )
 from webhook.results.mirror import Mirror
+from webhook.wire import constants
 
 AUDIENCE = "sidecar-debug.io/results/results-system/rs"
 NOW = 1_800_000_000.0

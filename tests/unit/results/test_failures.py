@@ -19,7 +19,6 @@ import pytest
 from flask.testing import FlaskClient
 
 from tests.unit.schedules.test_plan import SETTINGS, Rules, namespace, pod
-from webhook import constants
 from webhook.config import Settings
 from webhook.controller.kubeapi import ApiError
 from webhook.profiles import ProfileSet
@@ -31,6 +30,7 @@ from webhook.results.service import Retention, Service, create_service_app
 from webhook.results.store import Store
 from webhook.schedules import plan as plans
 from webhook.schedules.plan import Book
+from webhook.wire import constants
 
 T0 = datetime(2026, 12, 3, 7, 0, 20, tzinfo=UTC)
 EVERY_MINUTE = json.dumps({"cron": "* * * * *", "duration": "5s"})

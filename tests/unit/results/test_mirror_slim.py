@@ -11,6 +11,7 @@ import json
 from tests.unit.schedules.test_plan import SETTINGS, pod
 from webhook.results.mirror import slim
 from webhook.schedules import plan as plans
+from webhook.wire.pod import service_account
 
 
 def test_a_wired_pod_is_kept_small_and_plans_as_before() -> None:
@@ -18,7 +19,7 @@ def test_a_wired_pod_is_kept_small_and_plans_as_before() -> None:
     kept = slim(full, SETTINGS)
     assert plans.toolset_of(kept, SETTINGS) == plans.toolset_of(full, SETTINGS) is not None
     assert plans.toolset_of(kept, SETTINGS).has_token  # type: ignore[union-attr]
-    assert plans.service_account_of(kept) == plans.service_account_of(full)
+    assert service_account(kept) == service_account(full)
     assert [c["name"] for c in kept["spec"]["containers"]] == [
         c["name"] for c in full["spec"]["containers"]]
     assert "volumes" not in kept["spec"]

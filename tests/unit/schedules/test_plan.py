@@ -14,13 +14,13 @@ import pytest
 
 from tests.unit.core_helpers import settings_with
 from tests.unit.guard.test_toolset import as_admitted
-from webhook import constants
 from webhook.certs import pki
 from webhook.config import Settings
 from webhook.inject.sidecar import InjectionPlan, inject_pod
 from webhook.policy.model import RuleSettings
 from webhook.schedules import plan
 from webhook.schedules.plan import Book
+from webhook.wire import constants
 
 T0 = datetime(2026, 12, 3, 7, 0, 20, tzinfo=UTC)
 SETTINGS = settings_with(toolset_image="toolset:1", results_url="https://r.sd.svc:443",

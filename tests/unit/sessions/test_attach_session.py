@@ -11,10 +11,10 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from webhook import constants
 from webhook.kube import client as kube
 from webhook.sessions import session as sessions
 from webhook.sessions.settings import SettingsNotFound, find_settings
+from webhook.wire import constants, exits
 
 IMAGE = "registry.local/team/toolset:2.0"
 CONFIGURATIONS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
@@ -200,7 +200,7 @@ def test_attach_without_settings_and_without_image_says_how_to_fix_it(
     monkeypatch.setattr(kube, "request", FakeAPI({}))
     with pytest.raises(sessions.SessionError) as raised:
         sessions.attach(PodSession(STANDBY_POD), wait_seconds=0, minor=20)
-    assert raised.value.code == sessions.EXIT_USAGE
+    assert raised.value.code == exits.EXIT_USAGE
     assert "--settings-configmap" in str(raised.value) and "--image" in str(raised.value)
 
 
@@ -224,7 +224,7 @@ def test_attach_with_an_unknown_profile_lists_the_installed_ones(
     monkeypatch.setattr(kube, "request", FakeAPI(chart_routes()))
     with pytest.raises(sessions.SessionError) as raised:
         sessions.attach(PodSession(STANDBY_POD), profile_name="full", wait_seconds=0, minor=20)
-    assert raised.value.code == sessions.EXIT_USAGE
+    assert raised.value.code == exits.EXIT_USAGE
     assert "installed profiles: root, tracing" in str(raised.value)
 
 
@@ -240,5 +240,5 @@ def test_a_webhook_denial_reaches_the_user_with_its_rolebinding(
     monkeypatch.setattr(kube, "request", FakeAPI(routes))
     with pytest.raises(sessions.SessionError) as raised:
         sessions.attach(PodSession(STANDBY_POD), profile_name="root", wait_seconds=0, minor=20)
-    assert raised.value.code == sessions.EXIT_API
+    assert raised.value.code == exits.EXIT_API
     assert "kubectl create rolebinding sidecar-debug-root-alice" in str(raised.value)

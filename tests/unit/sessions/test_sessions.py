@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from tests.unit.render.pagedata import page_data
-from webhook import constants
 from webhook.commands import cli
 from webhook.config import load_settings
 from webhook.inject.attach import build_attach_container
 from webhook.inject.sidecar import InjectionPlan, inject_pod
 from webhook.sessions import session as sessions
+from webhook.wire import constants, exits
 
 TOOLSET = "localhost/sidecar-debug/toolset:0.1.0"
 MARKER = {"name": constants.ENV_ATTACHED, "value": "true"}
@@ -69,20 +69,20 @@ def test_an_ephemeral_container_without_our_marker_is_not_picked() -> None:
     manifest["spec"]["ephemeralContainers"] = [{"name": "debug-toolset-cccccc", "image": "x"}]
     with pytest.raises(sessions.SessionError) as raised:
         sessions.find_toolset_container(manifest, None, "debug-toolset")
-    assert raised.value.code == sessions.EXIT_NO_TOOLSET
+    assert raised.value.code == exits.EXIT_NO_TOOLSET
 
 
 def test_no_toolset_container_says_how_to_get_one() -> None:
     with pytest.raises(sessions.SessionError) as raised:
         sessions.find_toolset_container(pod(["app"]), None, "debug-toolset")
-    assert raised.value.code == sessions.EXIT_NO_TOOLSET
+    assert raised.value.code == exits.EXIT_NO_TOOLSET
     assert "attach" in str(raised.value)
 
 
 def test_unknown_requested_container() -> None:
     with pytest.raises(sessions.SessionError) as raised:
         sessions.find_toolset_container(pod(["app"]), "nope", "debug-toolset")
-    assert raised.value.code == sessions.EXIT_USAGE
+    assert raised.value.code == exits.EXIT_USAGE
 
 
 # --- is the chosen container really the toolset? ------------------------------------------------
@@ -119,7 +119,7 @@ def test_status_annotation_naming_the_app_container_is_refused() -> None:
     assert name == "app"
     with pytest.raises(sessions.SessionError) as raised:
         sessions.verify_toolset_container(manifest, name, SETTINGS)
-    assert raised.value.code == sessions.EXIT_NO_TOOLSET
+    assert raised.value.code == exits.EXIT_NO_TOOLSET
     assert "shop/web:1" in str(raised.value) and TOOLSET in str(raised.value)
 
 
@@ -134,7 +134,7 @@ def test_a_container_running_the_toolset_image_with_its_own_command_is_refused()
         forged["spec"]["containers"][0].update(change)
         with pytest.raises(sessions.SessionError) as raised:
             sessions.verify_toolset_container(forged, "debug-toolset", SETTINGS)
-        assert raised.value.code == sessions.EXIT_NO_TOOLSET, change
+        assert raised.value.code == exits.EXIT_NO_TOOLSET, change
 
 
 def test_a_patched_sidecar_image_is_refused_in_spec_and_in_status() -> None:
@@ -163,17 +163,6 @@ def test_attached_container_must_be_what_attach_builds() -> None:
     for name in ("debug-toolset-bbbbbb", "debug-toolset-cccccc"):
         with pytest.raises(sessions.SessionError):
             sessions.verify_toolset_container(manifest, name, SETTINGS)
-
-
-@pytest.mark.parametrize(("a", "b", "same"), [
-    ("busybox", "docker.io/library/busybox:latest", True),
-    ("localhost/sidecar-debug/toolset:0.1.0", "localhost/sidecar-debug/toolset:0.1.0", True),
-    ("localhost/sidecar-debug/toolset:0.1.0", "localhost/sidecar-debug/toolset:0.2.0", False),
-    ("repo/x:1@sha256:aa", "other/y:2@sha256:aa", True),
-    ("repo/x:1@sha256:aa", "repo/x:1@sha256:bb", False),
-])
-def test_same_image(a: str, b: str, same: bool) -> None:
-    assert sessions.same_image(a, b) is same
 
 
 # --- copy-back -----------------------------------------------------------------------------------
@@ -298,7 +287,7 @@ def test_an_existing_file_is_never_overwritten_without_force(tmp_path: Path) -> 
     session = FakeSession(tar_of(TRACE))
     with pytest.raises(sessions.SessionError) as raised:
         session.fetch("/tmp/sidecar-debug/x", trace_destinations(tmp_path))
-    assert raised.value.code == sessions.EXIT_USAGE and "--force" in str(raised.value)
+    assert raised.value.code == exits.EXIT_USAGE and "--force" in str(raised.value)
     assert (tmp_path / "trace.txt").read_text() == "my notes"
     assert not (tmp_path / "trace").exists()
     assert session.commands == []  # refused before anything ran in the pod

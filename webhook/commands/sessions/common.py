@@ -9,9 +9,9 @@ import argparse
 import sys
 from typing import Any
 
-from webhook import constants
 from webhook.sessions import copyback
 from webhook.sessions import session as sessions
+from webhook.wire import constants
 
 
 def _positive_int(text: str) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 
 from webhook.commands import output as printed
 from webhook.sessions import session as sessions
+from webhook.wire import exits
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -68,7 +69,7 @@ def _list_sessions(args: argparse.Namespace) -> int:
             raise sessions.SessionError(
                 f"listing pods in {where}: HTTP {error.status} {error.reason or ''}".strip()
                 + (" (you need `list` on pods there)" if error.status == 403 else ""),
-                sessions.EXIT_API) from error
+                exits.EXIT_API) from error
     except sessions.SessionError as error:
         print(f"sidecar-debug sessions: {error}", file=sys.stderr)
         return error.code
@@ -96,10 +97,10 @@ def session_rows(pods: list[dict[str, Any]], now: Any, rules: Any = None) -> lis
     from webhook.controller.sessions import (
         expiry_of,
         format_age,
-        format_time,
         is_active_pod,
         sessions_of,
     )
+    from webhook.wire.rfc3339 import format_time
 
     rows: list[dict[str, str]] = []
     for pod in pods:

@@ -19,6 +19,7 @@ from typing import Any
 from webhook.commands.sessions import common
 from webhook.sessions import copyback
 from webhook.sessions import session as sessions
+from webhook.wire import exits
 
 TECHNIQUE = "perf-trap"
 
@@ -94,10 +95,10 @@ def trap(session: sessions.Session, args: argparse.Namespace) -> int:
     try:
         copyback.refuse_overwrite(destinations.values(), args.force)
     except copyback.CopyError as error:
-        raise sessions.SessionError(str(error), sessions.EXIT_USAGE) from error
+        raise sessions.SessionError(str(error), exits.EXIT_USAGE) from error
     if args.results_dir is not None and not args.results_dir.is_dir():
         raise sessions.SessionError(f"--results-dir {args.results_dir} is not a directory",
-                                    sessions.EXIT_USAGE)
+                                    exits.EXIT_USAGE)
     container = session.toolset_container()
     out = sessions.remote_dir("trap")
     session.err.write(f"watching pod {session.namespace}/{session.pod} from container "
@@ -119,7 +120,7 @@ def trap(session: sessions.Session, args: argparse.Namespace) -> int:
                            destinations["stacks.folded"].read_text(errors="replace"),
                            contents["trigger.json"], container)
         sys.stdout.write(f"stored as:     {stored}\n")
-    return sessions.EXIT_OK
+    return exits.EXIT_OK
 
 
 def store_run(results_dir: Path, namespace: str, pod: str, folded_text: str,
@@ -176,7 +177,7 @@ class TriggerError(ValueError):
 
 def parse_trigger(data: bytes) -> dict[str, Any]:
     """The fields of trigger.json that the run keeps, type- and range-checked."""
-    from webhook.inject.shape import type_name_with_article
+    from webhook.wire.shape import type_name_with_article
 
     if len(data) > MAX_TRIGGER_BYTES:
         raise TriggerError(f"{len(data)} bytes, more than {MAX_TRIGGER_BYTES}")
@@ -212,5 +213,5 @@ def _trap(args: argparse.Namespace) -> int:
     problem = usage_problem(args)
     if problem:
         print(f"sidecar-debug trap: {problem}", file=sys.stderr)
-        return sessions.EXIT_USAGE
+        return exits.EXIT_USAGE
     return common.run(args, lambda session: trap(session, args))

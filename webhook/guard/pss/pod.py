@@ -59,7 +59,7 @@ class PodView:
         return ()
 
     def _bad(self, path: str, value: Any, expected: str) -> None:
-        from webhook.inject.shape import type_name_with_article
+        from webhook.wire.shape import type_name_with_article
 
         self.malformed.append(
             Violation(

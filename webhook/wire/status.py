@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook import constants, jsonio
-from webhook.inject.shape import type_name, type_name_with_article
+from webhook.wire import constants, jsonio
+from webhook.wire.shape import type_name, type_name_with_article
 
 
 @dataclass(frozen=True)
