@@ -1,9 +1,10 @@
 """The policy gate: which debug profile a pod may get, decided by policy files AND RBAC.
 
 A privileged sidecar with host mounts is root on the node, so injecting one is a privilege
-grant. A profile that needs a grant (Profile.requires_grant) is injected only when the matching
-policy rule allows it AND a SubjectAccessReview says the pod's service account (or the requesting
-user, unless that user is a controller) may `use` debugprofiles/<profile> in the pod's namespace.
+grant. A profile that needs a grant (webhook.guard.privilege.requires_grant) is injected only
+when the matching policy rule allows it AND a SubjectAccessReview says the pod's service account
+(or the requesting user, unless that user is a controller) may `use` debugprofiles/<profile> in
+the pod's namespace.
 When the gate says no, the rule's mode decides: downgrade (default), skip or deny.
 
 Policy files (kind DebugPolicy, see docs/policy.md and webhook/data/policy.schema.json) are
@@ -25,6 +26,12 @@ from typing import Any, Literal, cast
 
 from webhook import constants
 from webhook.config import Settings
+from webhook.guard.privilege import (
+    pod_security_refusal,
+    profile_reasons,
+    requires_grant,
+    strongest_unprivileged,
+)
 from webhook.kube.access import (
     AccessCheck,
     ClusterAPI,
@@ -44,7 +51,6 @@ from webhook.policy.model import (
     RuleSettings,
     format_duration,
 )
-from webhook.policy.privilege import pod_security_refusal
 from webhook.profiles import Profile
 from webhook.rfc3339 import format_time
 
@@ -360,7 +366,7 @@ class PolicyGate:
     ) -> tuple[Reason, str] | _Refusal:
         """Does the request hold its profile: (reason, grant), or why not."""
         profile = request.requested_profile
-        if uncertain and profile.requires_grant:
+        if uncertain and requires_grant(profile):
             # The rule that could not be decided applies (its mode, its defaultProfile), and
             # nothing that needs a grant is given while it is undecided.
             return _Refusal(
@@ -374,7 +380,7 @@ class PolicyGate:
                 f"profile {profile.name!r} is not allowed by {label} "
                 f"(allowed: {rule.describe_profiles()})",
             )
-        if not profile.requires_grant:
+        if not requires_grant(profile):
             trace.append(f"profile {profile.name!r} needs no grant")
             return "unprivileged", "unprivileged"
         return self._check_grant(request, profile, rule, trace, calls)
@@ -505,7 +511,7 @@ class PolicyGate:
                 return "granted-user", f"user:{username}"
             if user_verdict is True and sa_verdict is True:  # both
                 return "granted-both", f"serviceaccount:{namespace}:{sa},user:{username}"
-        needs = "; ".join(profile.privilege_reasons)
+        needs = "; ".join(profile_reasons(profile))
         what = (
             f"'use' debugprofiles.{constants.RBAC_GROUP} {profile.name!r} in namespace "
             f"{namespace!r}"
@@ -589,7 +595,7 @@ class PolicyGate:
         to a running pod must hold the grant themselves (whatever the rule's grantSubject)."""
         namespace, user = request.namespace, request.user
         username = str(user.get("username", ""))
-        needs = "; ".join(profile.privilege_reasons)
+        needs = "; ".join(profile_reasons(profile))
         what = (
             f"profile {profile.name!r} needs an RBAC grant ({needs}) held by whoever adds the "
             f"ephemeral container {request.ephemeral_container!r}"
@@ -675,13 +681,7 @@ class PolicyGate:
         profiles = self.settings.profiles
         if rule.default_profile is not None and rule.default_profile in profiles:
             return profiles[rule.default_profile]
-        candidates = [
-            p for p in profiles.values() if rule.allows_profile(p.name) and not p.requires_grant
-        ]
-        if not candidates:
-            return None
-        # "Strongest": most techniques, then most shared volumes; ties keep profile-file order.
-        return max(candidates, key=lambda p: (len(p.techniques), len(p.shared_volumes)))
+        return strongest_unprivileged(p for p in profiles.values() if rule.allows_profile(p.name))
 
     def _result(
         self,
@@ -741,7 +741,7 @@ class PolicyGate:
         found: list[str] = []
         guarded = (labels.get(self.settings.label_key) == self.settings.label_enabled
                    or constants.LABEL_GUARD in labels)
-        if profile.requires_grant and not guarded:
+        if requires_grant(profile) and not guarded:
             # Pod opt-in in a namespace the guard does not see: whatever Pod Security was
             # relaxed to there for this sidecar, it is relaxed for every other pod too.
             found.append(

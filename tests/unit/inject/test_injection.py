@@ -18,6 +18,7 @@ from webhook import constants
 from webhook.admission.review import decode_patch
 from webhook.config import load_settings
 from webhook.errors import SettingsError
+from webhook.guard.privilege import requires_grant
 from webhook.inject.decision import decide
 
 
@@ -62,9 +63,9 @@ def test_lttng_profile_has_no_privilege_at_all() -> None:
     assert sidecar["securityContext"]["allowPrivilegeEscalation"] is False
     assert not any("hostPath" in v for v in result["spec"]["volumes"])
     assert set(mounts(sidecar)) == {"/var/run/lttng"}
-    assert default_settings().profiles["lttng"].requires_grant is False
+    assert requires_grant(default_settings().profiles["lttng"]) is False
     for name in ("perf", "bcc", "full"):
-        assert default_settings().profiles[name].requires_grant, name
+        assert requires_grant(default_settings().profiles[name]), name
 
 
 def test_reinvocation_and_already_injected_pod_give_empty_patch() -> None:
@@ -212,7 +213,7 @@ def test_a_platform_team_adds_a_profile_without_code(tmp_path: Any) -> None:
             "SIDECAR_DEBUG_DEFAULT_PROFILE": "gdb",
         }
     )
-    assert settings.profiles["gdb"].requires_grant
+    assert requires_grant(settings.profiles["gdb"])
     result, _ = injected(pod(), settings=settings)
     assert result["spec"]["containers"][0]["securityContext"] == {
         "capabilities": {"add": ["SYS_PTRACE"]}

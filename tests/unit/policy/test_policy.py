@@ -13,13 +13,13 @@ import yaml
 
 from webhook import constants
 from webhook.config import Settings, load_settings
+from webhook.guard.privilege import pod_security_refusal
 from webhook.identity import UserInfo
 from webhook.kube.access import AccessCheck, ClusterAPIError
 from webhook.policy.api import PolicyRequest
 from webhook.policy.gate import PolicyGate, is_controller_identity, load_policy_engine
 from webhook.policy.loader import BUILTIN_POLICY, PolicyError, PolicyStore, load_policy
 from webhook.policy.model import parse_duration
-from webhook.policy.privilege import pod_security_refusal
 from webhook.profiles import Profile
 
 REPO = Path(__file__).resolve().parents[3]
