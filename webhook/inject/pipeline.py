@@ -19,7 +19,7 @@ from webhook.inject.attach import env_value
 from webhook.inject.decision import decide, status_container
 from webhook.inject.patch import create_patch
 from webhook.inject.sidecar import InjectionPlan, inject_pod, session_env, with_session_env
-from webhook.policy.api import PolicyEngine, PolicyRequest, PolicyResult
+from webhook.policy.api import PolicyEngine, PolicyRequest
 
 Status = Literal["injected", "skipped", "denied", "error"]
 # Reason of a refusal because the object does not have a Pod's shape (HTTP 400, as for a
@@ -47,22 +47,6 @@ class PipelineResult:
     def warnings(self) -> list[str]:
         extra = [self.downgrade_warning] if self.downgrade_warning else []
         return self.decision_warnings + self.policy_warnings + self.inject_warnings + extra
-
-
-class OfflinePolicy:
-    """Offline `inject` has no cluster to ask: the requested profile, the configured image."""
-
-    def evaluate(self, request: PolicyRequest) -> PolicyResult:
-        return PolicyResult(
-            profile=request.requested_profile.name,
-            allowed=True,
-            reason="offline-inject",
-            message=f"profile {request.requested_profile.name!r} injected offline",
-            grant="offline",
-        )
-
-    def namespace_mode(self, namespace: str) -> str | None:
-        return None  # offline: no namespace to read; the pod's annotation or defaultMode
 
 
 def service_account(pod: dict[str, Any]) -> str:

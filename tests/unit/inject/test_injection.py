@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tests.unit.core_helpers import (
+    ADMITTED,
     admission_review,
     default_settings,
     injected,
@@ -20,6 +21,7 @@ from webhook.config import load_settings
 from webhook.errors import SettingsError
 from webhook.guard.privilege import requires_grant
 from webhook.inject.decision import decide
+from webhook.policy.api import AllowAll, PolicyRequest
 
 
 def pod(**spec: Any) -> dict[str, Any]:
@@ -269,3 +271,19 @@ def test_debuginfod_servers_reach_the_toolset_env_only_when_set() -> None:
     assert env["DEBUGINFOD_URLS"] == "https://debuginfod.example http://10.0.0.7:8002"
     assert (env["DEBUGINFOD_MAXTIME"], env["DEBUGINFOD_MAXSIZE"]) == ("12", str(512 << 20))
     assert result["spec"]["containers"][1].get("env") is None  # the app's: untouched
+
+
+def test_the_no_op_engine_offline_and_without_a_policy() -> None:
+    # One no-op engine (issue 27): offline `inject` takes AllowAll.offline(), a Mutator given
+    # no policy AllowAll(); they differ in grant, reason, message, image and start only.
+    perf = default_settings().profiles["perf"]
+    asked = PolicyRequest("dev", "default", {}, perf, "registry.example/toolset:2")
+    offline = AllowAll.offline().evaluate(asked)
+    assert (offline.allowed, offline.reason, offline.grant, offline.image, offline.started) == (
+        True, "offline-inject", "offline", None, None)
+    assert offline.message == "profile 'perf' injected offline"
+    bare = AllowAll(clock=lambda: ADMITTED).evaluate(asked)
+    assert (bare.reason, bare.grant, bare.image, bare.started) == (
+        "no-policy", "no-policy", "registry.example/toolset:2", ADMITTED)
+    assert bare.message == "profile 'perf' injected (no policy configured)"
+    assert AllowAll.offline().namespace_mode("dev") is None
