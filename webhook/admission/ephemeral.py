@@ -275,7 +275,7 @@ def _review_container(
             ephemeral_container=name,
         )
     )
-    if not result.allowed or result.profile != profile.name:
+    if not result.allowed or result.profile is None or result.profile.name != profile.name:
         # Every refusal of an ephemeral request is a denial (PolicyGate); another engine that
         # downgrades or skips is refused here too: the container cannot be changed into another.
         message = result.message

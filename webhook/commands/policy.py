@@ -269,7 +269,7 @@ def _decision(explanation: Explanation) -> str:
         return "deny the pod"
     if result.profile is None:
         return "admit the pod without a debug sidecar"
-    return f"inject profile {result.profile!r}"
+    return f"inject profile {result.profile.name!r}"
 
 
 def _as_json(request: PolicyRequest, explanation: Explanation, settings: Settings) -> Any:
@@ -287,7 +287,7 @@ def _as_json(request: PolicyRequest, explanation: Explanation, settings: Setting
         "ruleSource": explanation.rule_where,
         "decision": _decision(explanation),
         "allowed": result.allowed,
-        "profile": result.profile,
+        "profile": result.profile.name if result.profile else None,
         "reason": result.reason,
         "grant": result.grant,
         "image": result.image,

@@ -38,8 +38,9 @@ class PolicyRequest:
 
 @dataclass(frozen=True)
 class PolicyResult:
-    # Profile to inject; None means inject nothing (mode skip) or deny (when allowed is False).
-    profile: str | None
+    # Profile to inject (one of the settings' profiles); None means inject nothing (mode skip)
+    # or deny (when allowed is False).
+    profile: Profile | None
     allowed: bool  # False rejects the pod (mode deny)
     reason: str  # short machine-readable code for logs, metrics and audit, e.g. "granted-sa"
     message: str  # for the person who created the pod: what happened, why, what to do
@@ -96,7 +97,7 @@ class AllowAll:
 
     def evaluate(self, request: PolicyRequest) -> PolicyResult:
         return PolicyResult(
-            profile=request.requested_profile.name,
+            profile=request.requested_profile,
             allowed=True,
             reason=self._reason,
             message=f"profile {request.requested_profile.name!r} injected {self._how}",

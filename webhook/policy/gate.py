@@ -351,9 +351,7 @@ class PolicyGate:
                 f"ephemeral container {request.ephemeral_container!r} may use profile "
                 f"{profile.name!r} ({_GRANT_TEXT[reason]}{grant_suffix(grant)})"
             )
-        return self._result(
-            request, rule, profile.name, True, reason, message, grant, image, warnings
-        )
+        return self._result(request, rule, profile, True, reason, message, grant, image, warnings)
 
     def _judge(
         self,
@@ -462,7 +460,7 @@ class PolicyGate:
             "container, no grant needed; `sidecar-debug attach` adds the toolset and is gated)"
         )
         return self._result(
-            request, rule, profile.name, True, "standby", message, "unprivileged", None, []
+            request, rule, profile, True, "standby", message, "unprivileged", None, []
         )
 
     def _check_grant(
@@ -667,7 +665,7 @@ class PolicyGate:
         return self._result(
             request,
             rule,
-            target.name,
+            target,
             True,
             refusal.reason,
             message,
@@ -687,7 +685,7 @@ class PolicyGate:
         self,
         request: PolicyRequest,
         rule: RuleSettings,
-        profile_name: str | None,
+        profile: Profile | None,
         allowed: bool,
         reason: Reason,
         message: str,
@@ -699,7 +697,7 @@ class PolicyGate:
         all_warnings = list(warnings)
         started = deadline = None
         # A standby pod runs no toolset: nothing to expire, nothing Pod Security would refuse.
-        if profile_name is not None and request.mode != constants.MODE_STANDBY:
+        if profile is not None and request.mode != constants.MODE_STANDBY:
             started = self._now().astimezone(dt.UTC).replace(microsecond=0)
             max_session = rule.max_session
             if max_session is not None:
@@ -715,9 +713,9 @@ class PolicyGate:
                     f"{format_duration(max_session)} ({constants.ANNOTATION_OVERDUE_AFTER}="
                     f"{overdue})."
                 )
-            all_warnings.extend(self._pod_security_warnings(request.namespace, profile_name))
+            all_warnings.extend(self._pod_security_warnings(request.namespace, profile))
         return PolicyResult(
-            profile=profile_name,
+            profile=profile,
             allowed=allowed,
             reason=reason,
             message=message,
@@ -729,10 +727,7 @@ class PolicyGate:
             deadline=deadline if allowed else None,
         )
 
-    def _pod_security_warnings(self, namespace: str, profile_name: str) -> list[str]:
-        profile = self.settings.profiles.get(profile_name)
-        if profile is None:
-            return []
+    def _pod_security_warnings(self, namespace: str, profile: Profile) -> list[str]:
         try:
             labels = self.namespace_labels(namespace)
         except ClusterAPIError as exc:
@@ -746,7 +741,7 @@ class PolicyGate:
             # relaxed to there for this sidecar, it is relaxed for every other pod too.
             found.append(
                 f"namespace {namespace!r} is not guarded by sidecar-debug: if its Pod Security "
-                f"is relaxed for the privileged debug sidecar (profile {profile_name!r}), label "
+                f"is relaxed for the privileged debug sidecar (profile {profile.name!r}), label "
                 f"it {constants.LABEL_GUARD}=baseline so that every other container stays "
                 "baseline (docs/policy.md, the guard)"
             )
@@ -760,7 +755,7 @@ class PolicyGate:
         if refusal:
             found.append(
                 f"namespace {namespace!r} enforces Pod Security {level!r}, which rejects the "
-                f"debug sidecar of profile {profile_name!r} (it {refusal}): the pod "
+                f"debug sidecar of profile {profile.name!r} (it {refusal}): the pod "
                 f"will be refused; label the namespace "
                 f"{constants.LABEL_POD_SECURITY_ENFORCE}=privileged (with "
                 f"{self.settings.label_key}={self.settings.label_enabled} or "
