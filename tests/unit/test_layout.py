@@ -1,4 +1,4 @@
-"""Layering: the pure core (injection, the guard, the policy model and privilege rule, profiles,
+"""Layering: the pure core (injection, the guard and its privilege rule, the policy model, profiles,
 constants, settings, the flame graph renderer) imports neither the Kubernetes client nor the
 server (nor Flask) nor webhook.kube nor the AdmissionReview wire layer (webhook.admission), not
 even lazily or through another module. Offline `inject`, `guard check`, `render` and the unit

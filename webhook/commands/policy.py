@@ -22,7 +22,8 @@ from webhook.errors import SettingsError
 from webhook.identity import UserInfo
 from webhook.kube.access import AccessCheck, ClusterAPI, KubernetesClusterAPI
 from webhook.policy.api import PolicyRequest
-from webhook.policy.gate import Explanation, PolicyGate
+from webhook.policy.decision import Explanation
+from webhook.policy.engine import PolicyGate
 from webhook.policy.loader import PolicyError, PolicyStore, load_policy, policy_schema
 
 # What the apiserver reports as the requester for a pod made by a Deployment's ReplicaSet.

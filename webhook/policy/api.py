@@ -1,4 +1,4 @@
-"""The contract between the mutation path and the policy gate (implemented in webhook.policy.gate).
+"""The contract between the mutation path and the policy gate (webhook.policy.decision).
 
 The mutation path asks one question: may this pod get `requested_profile`, and if not, what
 instead? The answer is data, so the decision stays testable and auditable.

@@ -26,7 +26,7 @@ from webhook.errors import SettingsError
 from webhook.inject import pipeline
 from webhook.inject.workloads import inject_document
 from webhook.policy.api import AllowAll, PolicyRequest, PolicyResult
-from webhook.policy.gate import PolicyGate
+from webhook.policy.engine import PolicyGate
 from webhook.policy.loader import PolicyStore
 
 STANDBY = {constants.ANNOTATION_MODE: constants.MODE_STANDBY}

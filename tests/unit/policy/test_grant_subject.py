@@ -11,7 +11,7 @@ import pytest
 from tests.unit.policy.test_policy import profile_name
 from webhook.config import Settings, load_settings
 from webhook.identity import UserInfo
-from webhook.policy.gate import PolicyGate
+from webhook.policy.engine import PolicyGate
 from webhook.policy.loader import PolicyError, load_policy
 from webhook.policy.model import BUILTIN_NON_GRANTING
 

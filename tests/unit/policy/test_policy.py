@@ -17,7 +17,8 @@ from webhook.guard.privilege import pod_security_refusal
 from webhook.identity import UserInfo
 from webhook.kube.access import AccessCheck, ClusterAPIError
 from webhook.policy.api import PolicyRequest, PolicyResult
-from webhook.policy.gate import PolicyGate, is_controller_identity, load_policy_engine
+from webhook.policy.engine import PolicyGate, load_policy_engine
+from webhook.policy.gate import is_controller_identity
 from webhook.policy.loader import BUILTIN_POLICY, PolicyError, PolicyStore, load_policy
 from webhook.policy.model import parse_duration
 from webhook.profiles import Profile
