@@ -149,21 +149,27 @@ def import_cycles(modules: tuple[str, ...], root: Path = ROOT) -> list[list[str]
             and not (root / m.replace(".", "/") / "__init__.py").is_file()
         }
         pending.extend(graph[module])
+    return cycles_of(graph)
+
+
+def cycles_of(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles a depth-first walk of `graph` (node -> the nodes it imports) meets, each as
+    its path back to where it started."""
     cycles: list[list[str]] = []
     state: dict[str, int] = {}  # 1 on the current path, 2 done
 
-    def visit(module: str, path: list[str]) -> None:
-        state[module] = 1
-        for nxt in sorted(graph.get(module, ())):
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
                 cycles.append([*path[path.index(nxt) :], nxt])
             elif nxt not in state:
                 visit(nxt, [*path, nxt])
-        state[module] = 2
+        state[node] = 2
 
-    for module in sorted(graph):
-        if module not in state:
-            visit(module, [module])
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
     return cycles
 
 
@@ -223,22 +229,7 @@ def package_cycles(root: Path = ROOT) -> list[list[str]]:
             for m in imported_modules(path, root)
             if m.startswith("webhook.") and package_of(m) != source
         )
-    cycles: list[list[str]] = []
-    state: dict[str, int] = {}
-
-    def visit(package: str, path: list[str]) -> None:
-        state[package] = 1
-        for nxt in sorted(graph.get(package, ())):
-            if state.get(nxt) == 1:
-                cycles.append([*path[path.index(nxt) :], nxt])
-            elif nxt not in state:
-                visit(nxt, [*path, nxt])
-        state[package] = 2
-
-    for package in sorted(graph):
-        if package not in state:
-            visit(package, [package])
-    return cycles
+    return cycles_of(graph)
 
 
 def test_the_packages_of_webhook_have_no_import_cycles() -> None:
