@@ -6,7 +6,6 @@ it). The rules and grants are judged by the shared core (webhook.policy.gate).""
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -14,12 +13,10 @@ from webhook import constants
 from webhook.guard.privilege import pod_security_refusal, requires_grant, strongest_unprivileged
 from webhook.kube.access import ClusterAPIError
 from webhook.policy.api import PolicyRequest, PolicyResult
-from webhook.policy.gate import GRANT_TEXT, GateCore, Reason, Refusal, grant_suffix
+from webhook.policy.gate import GRANT_TEXT, GateCore, Reason, Refusal, grant_suffix, log
 from webhook.policy.model import RuleSettings, format_duration
 from webhook.profiles import Profile
 from webhook.rfc3339 import format_time
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -31,7 +28,6 @@ class Explanation:
     rule_where: str
     trace: list[str] = field(default_factory=list)
     access_checks: int = 0  # SubjectAccessReview calls actually made (cache hits excluded)
-
 
 
 class Decisions(GateCore):

@@ -53,6 +53,8 @@ from webhook.policy.loader import PolicyStore
 from webhook.policy.model import BUILTIN_NON_GRANTING, Identities, Policy, Rule, RuleSettings
 from webhook.profiles import Profile
 
+# The gate's one logger (its records keep the name webhook.policy.gate, whichever module of the
+# gate logs).
 log = logging.getLogger(__name__)
 
 # How long a failed namespace look-up is remembered (at most sarCacheSeconds).

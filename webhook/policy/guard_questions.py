@@ -6,13 +6,10 @@ toolset may run an image."""
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from dataclasses import dataclass
 
 from webhook.policy.api import PolicyRequest
-from webhook.policy.gate import GRANT_TEXT, GateCore, Reason, Refusal, grant_suffix
-
-log = logging.getLogger(__name__)
+from webhook.policy.gate import GRANT_TEXT, GateCore, Reason, Refusal, grant_suffix, log
 
 
 @dataclass(frozen=True)
@@ -24,7 +21,6 @@ class GrantVerdict:
     reason: str  # a Reason code
     message: str  # who granted it; or why not, with the `kubectl create rolebinding` to fix it
     max_session: dt.timedelta | None = None  # the matching rule's maxSessionDuration
-
 
 
 class GuardQuestions(GateCore):
