@@ -16,6 +16,7 @@ from bench import pods, servers
 from webhook.config import Settings, load_settings
 from webhook.guard import check, pss
 from webhook.inject import pipeline
+from webhook.policy.api import AllowAll
 
 SHAPES = ("typical", "large")
 
@@ -23,7 +24,7 @@ SHAPES = ("typical", "large")
 def injected(shape: str, settings: Settings) -> dict[str, Any]:
     """The bench pod of `shape` after the webhook's injection (the same pipeline)."""
     pod = pods.POD_SHAPES[shape]()
-    result = pipeline.run(pod, "bench", settings, pipeline.OfflinePolicy())
+    result = pipeline.run(pod, "bench", settings, AllowAll.offline())
     if result.status != "injected":
         raise RuntimeError(f"the {shape} pod was not injected: {result.message}")
     return result.pod

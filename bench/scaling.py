@@ -14,7 +14,7 @@ from bench import pods, servers
 from webhook.admission.mutate import Mutator
 from webhook.config import Settings, load_settings
 from webhook.kube.access import AccessCheck
-from webhook.policy.gate import load_policy_engine
+from webhook.policy.engine import load_policy_engine
 
 SIZES = (1, 2, 5, 10, 15, 20, 30, 40, 50)
 

@@ -1,8 +1,9 @@
 """Debug profiles: what the toolset container gets per profile, and the runtime hints.
 
 A profile is data (webhook/data/profiles.yaml, the chart value `profiles`); this module parses
-and validates it. Whether a profile needs an RBAC grant is computed from what it asks for
-(webhook.policy.privilege), never declared.
+and validates it. Whether a profile needs an RBAC grant is computed from what it asks for, by
+the guard (webhook.guard.privilege), never declared: this module imports no policy, guard or
+injection code.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import Any
 import yaml
 
 from webhook.errors import SettingsError, require
-from webhook.policy.privilege import privilege_reasons
 
 TECHNIQUES = frozenset({"perf", "lttng", "bcc"})
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -62,17 +62,6 @@ class Profile:
     host_paths: tuple[HostPathVolume, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     share_process_namespace: bool = True
-
-    # Cached: the policy gate asks for every profile on every review, and a profile never
-    # changes after start-up (cached_property writes __dict__, so frozen is fine).
-    @functools.cached_property
-    def privilege_reasons(self) -> tuple[str, ...]:
-        """Why this profile needs an RBAC grant; empty when it is within Pod Security baseline."""
-        return privilege_reasons(self.security_context, tuple(h.path for h in self.host_paths))
-
-    @property
-    def requires_grant(self) -> bool:
-        return bool(self.privilege_reasons)
 
 
 @dataclass(frozen=True)

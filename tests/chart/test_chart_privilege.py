@@ -2,7 +2,7 @@
 
 The chart decides which profiles need an RBAC grant to warn about missing grant ClusterRoles at
 install time (templates/_helpers.tpl `sidecar-debug.privilegedProfiles`); the webhook decides
-the same at admission (webhook/policy/privilege.py: beyond Pod Security baseline, by the
+the same at admission (webhook/guard/privilege.py: beyond Pod Security baseline, by the
 guard's checks). Both answer for one generated profile set covering every check of a
 securityContext (each value alone, then seeded combinations) with and without hostPaths; the
 answers must be the same.
@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tests.chart.helm import notes
-from webhook.policy.privilege import privilege_reasons
+from webhook.guard.privilege import privilege_reasons
 
 pytestmark = pytest.mark.chart
 

@@ -26,6 +26,7 @@ from tests.chart.helm import (
 from tests.cluster import webhooks as cluster_webhooks
 from webhook.config import load_settings
 from webhook.errors import SettingsError
+from webhook.guard.privilege import requires_grant
 
 pytestmark = pytest.mark.chart
 
@@ -687,7 +688,7 @@ def test_custom_profiles(tmp_path: Path) -> None:
     assert config["defaultProfile"] == "lttng"
     settings = load_rendered_settings(manifest, tmp_path)
     assert sorted(settings.profiles) == ["lttng", "perf-lite"]
-    assert settings.profiles["perf-lite"].requires_grant
+    assert requires_grant(settings.profiles["perf-lite"])
     # The built-in runtime hints are kept unless `runtimes` replaces them.
     assert "node" in settings.profile_set.runtimes
     roles = {r["metadata"]["name"] for r in manifest.all("ClusterRole")}

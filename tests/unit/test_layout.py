@@ -1,5 +1,5 @@
-"""Layering: the pure core (the wire types, injection, the guard, the policy model and privilege
-rule, profiles, settings, the flame graph renderer, the profile formats) imports neither the
+"""Layering: the pure core (the wire types, injection, the guard and its privilege rule, the policy
+model, profiles, settings, the flame graph renderer, the profile formats) imports neither the
 Kubernetes client nor the server (nor Flask) nor webhook.kube nor the AdmissionReview layer
 (webhook.admission), not even lazily or through another module. Offline `inject`, `guard
 check`, `render` and the unit tests rely on that, and it keeps the core testable without a
@@ -40,7 +40,6 @@ PURE_CORE = (
     *sorted(f"webhook.schedules.{p.stem}" for p in (ROOT / "webhook" / "schedules").glob("*.py")),
     "webhook.policy.api",
     "webhook.policy.model",
-    "webhook.policy.privilege",
     "webhook.config",
     "webhook.profiles",
     "webhook.errors",
@@ -87,8 +86,10 @@ def imported_modules(path: Path, root: Path = ROOT) -> set[str]:
     return found
 
 
-def forbidden_imports(start: str, root: Path = ROOT) -> list[str]:
-    """Import chains from `start` that reach a FORBIDDEN module, e.g. 'a -> b -> kubernetes'."""
+def forbidden_imports(
+    start: str, root: Path = ROOT, forbidden: tuple[str, ...] = FORBIDDEN
+) -> list[str]:
+    """Import chains from `start` that reach a `forbidden` module, e.g. 'a -> b -> kubernetes'."""
     chains: set[str] = set()
     seen: set[str] = set()
     stack: list[tuple[str, tuple[str, ...]]] = [(start, (start,))]
@@ -101,7 +102,7 @@ def forbidden_imports(start: str, root: Path = ROOT) -> list[str]:
         if path is None:
             continue
         for imported in sorted(imported_modules(path, root)):
-            hit = [f for f in FORBIDDEN if imported == f or imported.startswith(f + ".")]
+            hit = [f for f in forbidden if imported == f or imported.startswith(f + ".")]
             if hit:
                 chains.add(" -> ".join((*chain, hit[0])))
             elif imported.startswith("webhook"):
@@ -189,21 +190,27 @@ def import_cycles(modules: tuple[str, ...], root: Path = ROOT) -> list[list[str]
             and not (root / m.replace(".", "/") / "__init__.py").is_file()
         }
         pending.extend(graph[module])
+    return cycles_of(graph)
+
+
+def cycles_of(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles a depth-first walk of `graph` (node -> the nodes it imports) meets, each as
+    its path back to where it started."""
     cycles: list[list[str]] = []
     state: dict[str, int] = {}  # 1 on the current path, 2 done
 
-    def visit(module: str, path: list[str]) -> None:
-        state[module] = 1
-        for nxt in sorted(graph.get(module, ())):
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
                 cycles.append([*path[path.index(nxt) :], nxt])
             elif nxt not in state:
                 visit(nxt, [*path, nxt])
-        state[module] = 2
+        state[node] = 2
 
-    for module in sorted(graph):
-        if module not in state:
-            visit(module, [module])
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
     return cycles
 
 
@@ -374,3 +381,61 @@ def test_no_webhook_module_is_named_like_a_toolset_executable_or_a_ci_script() -
     scripts = {p.name.replace("-", "_"): str(p.relative_to(ROOT))
                for tree in ("toolset/bin", ".ci") for p in (ROOT / tree).iterdir() if p.is_file()}
     assert sorted(path for name, path in scripts.items() if name in modules) == []
+
+
+def test_profiles_are_data() -> None:
+    # A profile is parsed data; whether it needs a grant is the guard's question
+    # (webhook.guard.privilege). profiles -> policy.privilege -> guard made config, profiles,
+    # policy, guard and inject depend on each other (issue 27, item 3).
+    assert forbidden_imports(
+        "webhook.profiles", forbidden=("webhook.policy", "webhook.guard", "webhook.inject")
+    ) == []
+
+
+# The package cycles there are (as sorted package names); any other fails the check below.
+KNOWN_PACKAGE_CYCLES = {
+    # The pure core's three peers, no module cycle among them: policy asks the guard whether a
+    # profile needs a grant (guard.privilege), the guard rebuilds the toolset it verifies with
+    # the injector's builders (guard.toolset -> inject.sidecar, inject.attach), and the
+    # injector asks the policy through its contract (inject.pipeline -> policy.api).
+    ("guard", "inject", "policy"),
+}
+
+
+def package_of(module: str) -> str:
+    """`webhook.guard.pss.pod` -> `guard`; a top-level module is its own (`profiles`)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def package_cycles(root: Path = ROOT) -> list[list[str]]:
+    """Cycles among the packages of webhook/ (and its top-level modules): an import from one
+    module of package A of a module of package B is an edge A -> B."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted((root / "webhook").rglob("*.py")):
+        module = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        source = package_of(module)
+        graph.setdefault(source, set()).update(
+            package_of(m)
+            for m in imported_modules(path, root)
+            if m.startswith("webhook.") and package_of(m) != source
+        )
+    return cycles_of(graph)
+
+
+def test_the_packages_of_webhook_have_no_import_cycles() -> None:
+    cycles = [
+        c for c in package_cycles() if tuple(sorted(set(c))) not in KNOWN_PACKAGE_CYCLES
+    ]
+    assert cycles == []
+
+
+def test_the_package_cycle_check_finds_one(tmp_path: Path) -> None:
+    package = tmp_path / "webhook"
+    for name in ("a", "b"):
+        (package / name).mkdir(parents=True)
+        (package / name / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "a" / "x.py").write_text("from webhook.b import y\n")
+    (package / "b" / "y.py").write_text("def later():\n    from webhook.a import x\n")
+    assert package_cycles(tmp_path) == [["a", "b", "a"]]

@@ -2,7 +2,7 @@
 
 A `pods/ephemeralcontainers` UPDATE adds containers to a running pod (`sidecar-debug attach`,
 `kubectl debug`). Each NEW container that asks for privileges - by the one privilege rule
-(webhook.policy.privilege: beyond Pod Security baseline, the guard's checks) applied to its
+(webhook.guard.privilege: beyond Pod Security baseline, the guard's checks) applied to its
 securityContext and hostPath mounts - or that is our toolset naming a profile (env
 SIDECAR_DEBUG_PROFILE) is decided like an injection: profile (one whose toolset goes beyond
 baseline in every way the container does, same fields, same values), policy, RBAC, but with
@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from webhook.admission.review import Request
 from webhook.config import Settings
+from webhook.guard.privilege import beyond, extent, privilege_reasons, requires_grant
 from webhook.inject.attach import env_value, is_attached
 from webhook.inject.patch import create_patch
 from webhook.inject.sidecar import session_env, with_session_env
 from webhook.policy.api import PolicyEngine, PolicyRequest
-from webhook.policy.privilege import beyond, extent, privilege_reasons
 from webhook.profiles import Profile
 from webhook.wire import constants, shape
 from webhook.wire.pod import service_account
@@ -158,7 +158,7 @@ def covering_profile(
     candidates = [
         p
         for p in settings.profiles.values()
-        if p.requires_grant and not uncovered(p, security_context, host_paths)
+        if requires_grant(p) and not uncovered(p, security_context, host_paths)
     ]
     if not candidates:
         return None
@@ -274,7 +274,7 @@ def _review_container(
             ephemeral_container=name,
         )
     )
-    if not result.allowed or result.profile != profile.name:
+    if not result.allowed or result.profile is None or result.profile.name != profile.name:
         # Every refusal of an ephemeral request is a denial (PolicyGate); another engine that
         # downgrades or skips is refused here too: the container cannot be changed into another.
         message = result.message

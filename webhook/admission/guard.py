@@ -59,7 +59,7 @@ from webhook.wire.rfc3339 import parse_time
 
 if TYPE_CHECKING:
     from webhook.kube.access import PodReader
-    from webhook.policy.gate import GrantVerdict
+    from webhook.policy.guard_questions import GrantVerdict
 
 log = logging.getLogger(REVIEW_LOGGER)
 
@@ -71,7 +71,7 @@ FACT_SKEW = dt.timedelta(minutes=5)
 
 
 class GuardPolicy(Protocol):
-    """What the guard asks the policy gate (webhook.policy.gate.PolicyGate)."""
+    """What the guard asks the policy gate (webhook.policy.guard_questions)."""
 
     settings: Settings
 

@@ -12,7 +12,7 @@ from typing import Any
 from webhook.admission import review as admission
 from webhook.config import Settings
 from webhook.guard.pss import LEVELS, resolve
-from webhook.policy.gate import PolicyGate
+from webhook.policy.namespace_labels import NamespaceLabelGate
 from webhook.wire import constants, shape
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ def _decide(
     return admission.build_response(request, allowed=False, code=403, message=message, audit=audit)
 
 
-def review_namespace(request: admission.Request, engine: PolicyGate) -> admission.Review:
+def review_namespace(request: admission.Request, engine: NamespaceLabelGate) -> admission.Review:
     """Validating check on namespaces: only subjects with `use` on debugprofiles
     `namespace-opt-in` may add the opt-in label or change it to the enabled value."""
     unreadable = _unreadable(request)
@@ -130,7 +130,9 @@ def guard_change(settings: Settings, old: Mapping[str, Any], new: Mapping[str, A
     return ""
 
 
-def review_namespace_guard(request: admission.Request, engine: PolicyGate) -> admission.Review:
+def review_namespace_guard(
+    request: admission.Request, engine: NamespaceLabelGate
+) -> admission.Review:
     """Validating check on namespaces: only subjects with `use` on debugprofiles
     `namespace-guard` may add, change or remove the guard label, lower the Pod Security version
     (enforce-version) of a guarded namespace, or remove the opt-in label where that leaves the

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from webhook.controller.loop import Controller, Options, StartError
     from webhook.kube.access import KubernetesClusterAPI
     from webhook.kube.client import api_client
-    from webhook.policy.gate import load_policy_engine
+    from webhook.policy.engine import load_policy_engine
 
     timing = Timing(args.lease_duration, args.renew_deadline, args.retry_period)
     problems = timing.problems()

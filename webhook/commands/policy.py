@@ -21,7 +21,8 @@ from webhook.config import Settings, load_settings
 from webhook.errors import SettingsError
 from webhook.kube.access import AccessCheck, ClusterAPI, KubernetesClusterAPI
 from webhook.policy.api import PolicyRequest
-from webhook.policy.gate import Explanation, PolicyGate
+from webhook.policy.decision import Explanation
+from webhook.policy.engine import PolicyGate
 from webhook.policy.loader import PolicyError, PolicyStore, load_policy, policy_schema
 from webhook.wire.identity import UserInfo
 
@@ -269,7 +270,7 @@ def _decision(explanation: Explanation) -> str:
         return "deny the pod"
     if result.profile is None:
         return "admit the pod without a debug sidecar"
-    return f"inject profile {result.profile!r}"
+    return f"inject profile {result.profile.name!r}"
 
 
 def _as_json(request: PolicyRequest, explanation: Explanation, settings: Settings) -> Any:
@@ -287,7 +288,7 @@ def _as_json(request: PolicyRequest, explanation: Explanation, settings: Setting
         "ruleSource": explanation.rule_where,
         "decision": _decision(explanation),
         "allowed": result.allowed,
-        "profile": result.profile,
+        "profile": result.profile.name if result.profile else None,
         "reason": result.reason,
         "grant": result.grant,
         "image": result.image,

@@ -332,7 +332,7 @@ def _service(args: argparse.Namespace) -> int:
     from webhook.controller import metrics as controller_metrics
     from webhook.controller.kubeapi import ClientApi
     from webhook.kube.client import api_client
-    from webhook.policy.gate import load_policy_engine
+    from webhook.policy.engine import load_policy_engine
     from webhook.results import metrics
     from webhook.results.auth import Authenticator, ReviewAPI
     from webhook.results.export import Exporters

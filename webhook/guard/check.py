@@ -22,6 +22,7 @@ from typing import Any
 
 from webhook.config import Settings
 from webhook.guard import pss
+from webhook.guard.privilege import requires_grant
 from webhook.guard.toolset import ImageAllowed, Toolset, verify_toolsets
 
 Granted = Callable[[str], bool]
@@ -110,7 +111,7 @@ def evaluate(
     unchecked: list[Toolset] = []
     for toolset in report.toolsets:
         profile = settings.profiles[toolset.profile]
-        if not profile.requires_grant:
+        if not requires_grant(profile):
             exempted.append(toolset)
         elif granted is None:
             exempted.append(toolset)

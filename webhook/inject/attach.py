@@ -51,14 +51,6 @@ def attached_name(token: str) -> str:
     return f"{constants.ATTACHED_CONTAINER_PREFIX}{token}"
 
 
-def default_attach_profile(settings: Settings) -> Profile | None:
-    """The profile `attach` uses without --profile: the strongest one that needs no grant (most
-    techniques, then most shared volumes; ties keep the profiles file's order), so a plain
-    attach never needs an RBAC grant. None when every profile needs one."""
-    candidates = [p for p in settings.profiles.values() if not p.requires_grant]
-    if not candidates:
-        return None
-    return max(candidates, key=lambda p: (len(p.techniques), len(p.shared_volumes)))
 
 
 def shared_mounts(pod: dict[str, Any], settings: Settings) -> list[dict[str, Any]]:

@@ -16,12 +16,12 @@ from webhook.inject.attach import env_value
 from webhook.inject.decision import decide, status_container
 from webhook.inject.patch import create_patch
 from webhook.inject.sidecar import InjectionPlan, inject_pod, session_env, with_session_env
-from webhook.policy.api import PolicyEngine, PolicyRequest, PolicyResult
+from webhook.policy.api import PolicyEngine, PolicyRequest
 from webhook.wire import constants, shape
 from webhook.wire.identity import UserInfo
 from webhook.wire.pod import service_account
 
-Status = Literal["injected", "skipped", "denied", "error"]
+Status = Literal["injected", "skipped", "denied"]
 # Reason of a refusal because the object does not have a Pod's shape (HTTP 400, as for a
 # request the webhook cannot read).
 MALFORMED = "malformed-object"
@@ -49,20 +49,6 @@ class PipelineResult:
         return self.decision_warnings + self.policy_warnings + self.inject_warnings + extra
 
 
-class OfflinePolicy:
-    """Offline `inject` has no cluster to ask: the requested profile, the configured image."""
-
-    def evaluate(self, request: PolicyRequest) -> PolicyResult:
-        return PolicyResult(
-            profile=request.requested_profile.name,
-            allowed=True,
-            reason="offline-inject",
-            message=f"profile {request.requested_profile.name!r} injected offline",
-            grant="offline",
-        )
-
-    def namespace_mode(self, namespace: str) -> str | None:
-        return None  # offline: no namespace to read; the pod's annotation or defaultMode
 
 
 def _session_facts(
@@ -93,7 +79,8 @@ def _session_facts(
                 requested_profile=profile, dry_run=dry_run,
                 requested_image=image if image != settings.toolset_image else None))
             facts = session_env(result.grant, result.started, result.deadline)
-            if not result.allowed or result.profile != profile.name or not facts:
+            if (not result.allowed or result.profile is None
+                    or result.profile.name != profile.name or not facts):
                 return None
             mutated = {**pod, "spec": {**spec, key: [
                 *containers[:index], with_session_env(container, facts),
@@ -183,19 +170,7 @@ def run(
             decision_warnings=warnings,
             policy_warnings=policy_warnings,
         )
-    profile = settings.profiles.get(result.profile)
-    if profile is None:
-        # A policy naming a profile this webhook does not have is a configuration bug:
-        # never guess a substitute, admit the pod as it is.
-        return PipelineResult(
-            "error",
-            "policy-unknown-profile",
-            f"policy chose unknown profile {result.profile!r}; pod admitted "
-            "without the debug sidecar",
-            pod,
-            decision_warnings=warnings,
-            policy_warnings=policy_warnings,
-        )
+    profile = result.profile
     plan = InjectionPlan(
         profile=profile,
         runtime=decision.runtime,

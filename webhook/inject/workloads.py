@@ -17,6 +17,7 @@ from typing import Any, Literal
 from webhook.config import Settings
 from webhook.inject import pipeline
 from webhook.inject.decision import is_injected, wired_standby
+from webhook.policy.api import AllowAll
 from webhook.wire import constants
 from webhook.wire.status import read_status
 
@@ -147,7 +148,7 @@ def inject_template(
     # A Job's pods end whatever its template says: the toolset must exit with the app.
     completes = True if kind in COMPLETING_KINDS else None
     result = pipeline.run(
-        candidate, namespace, settings, pipeline.OfflinePolicy(), completes=completes
+        candidate, namespace, settings, AllowAll.offline(), completes=completes
     )
     warnings = [_plain(w) for w in result.inject_warnings + result.decision_warnings]
     if result.status != "injected":

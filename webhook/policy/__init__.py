@@ -1,1 +1,2 @@
-"""The policy gate: policy files, the privilege rule, RBAC grants."""
+"""The policy gate: policy files, rules and RBAC grants (the privilege rule is the guard's:
+webhook.guard.privilege)."""

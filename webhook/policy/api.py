@@ -1,4 +1,4 @@
-"""The contract between the mutation path and the policy gate (implemented in webhook.policy.gate).
+"""The contract between the mutation path and the policy gate (webhook.policy.decision).
 
 The mutation path asks one question: may this pod get `requested_profile`, and if not, what
 instead? The answer is data, so the decision stays testable and auditable.
@@ -38,8 +38,9 @@ class PolicyRequest:
 
 @dataclass(frozen=True)
 class PolicyResult:
-    # Profile to inject; None means inject nothing (mode skip) or deny (when allowed is False).
-    profile: str | None
+    # Profile to inject (one of the settings' profiles); None means inject nothing (mode skip)
+    # or deny (when allowed is False).
+    profile: Profile | None
     allowed: bool  # False rejects the pod (mode deny)
     reason: str  # short machine-readable code for logs, metrics and audit, e.g. "granted-sa"
     message: str  # for the person who created the pod: what happened, why, what to do
@@ -64,22 +65,44 @@ class PolicyEngine(Protocol):
 
 
 class AllowAll:
-    """No gate: used by offline `inject` (nothing to ask) and when no policy is configured."""
+    """The one no-op engine: the requested profile, always allowed; no cluster is asked and no
+    namespace has a default mode (the pod's annotation or the settings' defaultMode apply).
+
+    Offline `sidecar-debug inject` (webhook.inject.workloads) uses `AllowAll.offline()`: grant
+    "offline", reason "offline-inject", always the configured toolset image (no policy allows
+    another) and no session start (nothing admitted the pod). `AllowAll()` is for a Mutator
+    given no policy (tests and benches; the server always loads the policy gate, with the
+    built-in policy when none is configured): reason "no-policy", the requested image, and the
+    session's start from `clock` when given."""
 
     def __init__(
-        self, grant: str = "no-policy", clock: Callable[[], dt.datetime] | None = None
+        self,
+        grant: str = "no-policy",
+        clock: Callable[[], dt.datetime] | None = None,
+        *,
+        reason: str = "no-policy",
+        how: str = "(no policy configured)",
+        requested_image: bool = True,
     ) -> None:
         self._grant = grant
         self._clock = clock  # when given, the admission's time (the session's start)
+        self._reason = reason
+        self._how = how  # ends the message: "profile 'perf' injected <how>"
+        self._requested_image = requested_image  # False: always the configured image
+
+    @classmethod
+    def offline(cls) -> AllowAll:
+        """Offline `inject`: nothing to ask, the requested profile, the configured image."""
+        return cls("offline", reason="offline-inject", how="offline", requested_image=False)
 
     def evaluate(self, request: PolicyRequest) -> PolicyResult:
         return PolicyResult(
-            profile=request.requested_profile.name,
+            profile=request.requested_profile,
             allowed=True,
-            reason="no-policy",
-            message=f"profile {request.requested_profile.name!r} injected (no policy configured)",
+            reason=self._reason,
+            message=f"profile {request.requested_profile.name!r} injected {self._how}",
             grant=self._grant,
-            image=request.requested_image,
+            image=request.requested_image if self._requested_image else None,
             started=self._clock() if self._clock else None,
         )
 

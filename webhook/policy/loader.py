@@ -30,6 +30,7 @@ import yaml
 
 from webhook import manifest_yaml, metrics
 from webhook.errors import SettingsError
+from webhook.guard.privilege import profile_reasons, requires_grant
 from webhook.policy.model import (
     MAX_SCHEDULE_SECONDS,
     Identities,
@@ -337,12 +338,12 @@ def _check_settings(
                     f"{', '.join(sorted(profiles))}",
                 )
             )
-        elif profiles[default].requires_grant:
+        elif requires_grant(profiles[default]):
             problems.append(
                 document.problem(
                     where,
                     f"defaultProfile {default!r} needs an RBAC grant "
-                    f"({'; '.join(profiles[default].privilege_reasons)}); the profile a refused "
+                    f"({'; '.join(profile_reasons(profiles[default]))}); the profile a refused "
                     "request is downgraded to must need none",
                 )
             )

@@ -23,7 +23,7 @@ from webhook.admission.namespace import (
 from webhook.admission.review import Review
 from webhook.config import Settings, load_settings
 from webhook.policy.api import PolicyEngine
-from webhook.policy.gate import PolicyGate, load_policy_engine
+from webhook.policy.engine import PolicyGate, load_policy_engine
 from webhook.server.routes import (
     EXTENSION,
     NamespaceReviewer,

@@ -32,10 +32,10 @@ from urllib.parse import quote
 
 from webhook import render
 from webhook.config import Settings, load_settings
+from webhook.guard.privilege import strongest_unprivileged
 from webhook.inject.attach import (
     attached_name,
     build_attach_container,
-    default_attach_profile,
     default_target,
     is_attached,
 )
@@ -576,7 +576,7 @@ def attach(session: Session, *, profile_name: str | None = None, target: str | N
             raise SessionError(f"unknown profile {profile_name!r} (installed profiles: "
                                f"{', '.join(sorted(settings.profiles))})", EXIT_USAGE)
     else:
-        profile = default_attach_profile(settings)
+        profile = strongest_unprivileged(settings.profiles.values())  # needs no grant
     pod = session.read_pod()
     spec = pod.get("spec") or {}
     app_containers = [c["name"] for c in named(spec.get("containers"))]

@@ -170,7 +170,7 @@ profiles and/or runtimes replaced by the values. Returns YAML; use with fromYaml
 
 {{/*
 Names of the active profiles that need an RBAC grant, with the same rule as the webhook
-(webhook/policy/privilege.py privilege_reasons; tests/chart/test_chart_privilege.py compares the
+(webhook/guard/privilege.py privilege_reasons; tests/chart/test_chart_privilege.py compares the
 two): the toolset goes beyond Pod Security baseline, as webhook/guard/pss.py checks it.
 privileged; capabilities beyond baseline's list, compared as written (CAP_CHOWN is not CHOWN);
 hostPaths; seccomp or AppArmor other than RuntimeDefault/Localhost; SELinux types other than

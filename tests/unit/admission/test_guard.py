@@ -32,7 +32,8 @@ from webhook.admission.review import decode_patch
 from webhook.config import Settings, load_settings
 from webhook.inject.patch import apply_patch
 from webhook.policy.api import PolicyRequest
-from webhook.policy.gate import GrantVerdict, PolicyGate
+from webhook.policy.engine import PolicyGate
+from webhook.policy.guard_questions import GrantVerdict
 from webhook.wire import constants
 
 NOW = dt.datetime(2026, 12, 3, 12, 0, 0, tzinfo=dt.UTC)

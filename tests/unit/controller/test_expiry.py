@@ -25,7 +25,7 @@ from webhook.controller import metrics
 from webhook.controller.expiry import ExpiryPass
 from webhook.controller.sessions import ATTACHED, INJECTED, STANDBY, sessions_of
 from webhook.kube.access import AccessCheck, ClusterAPIError
-from webhook.policy.gate import PolicyGate, load_policy_engine
+from webhook.policy.engine import PolicyGate, load_policy_engine
 from webhook.wire import constants
 
 HOUR = dt.timedelta(hours=1)

@@ -77,7 +77,7 @@ def test_rows_name_kind_profile_grant_age_and_expiry() -> None:
 
 def test_rows_with_a_policy_show_what_the_controller_would_do(tmp_path: Path) -> None:
     from webhook.config import load_settings
-    from webhook.policy.gate import load_policy_engine
+    from webhook.policy.engine import load_policy_engine
 
     policy = tmp_path / "policy.yaml"
     policy.write_text(yaml.safe_dump({

@@ -8,14 +8,13 @@ from typing import Any
 import pytest
 
 from webhook.config import Settings, load_settings
+from webhook.guard.privilege import privilege_reasons, requires_grant, strongest_unprivileged
 from webhook.inject.attach import (
     build_attach_container,
-    default_attach_profile,
     default_target,
     env_value,
     is_attached,
 )
-from webhook.policy.privilege import privilege_reasons
 from webhook.wire import constants
 
 IMAGE = "registry.local/team/toolset:2.0"
@@ -118,8 +117,8 @@ def test_security_context_only_where_the_cluster_allows_it(settings: Settings) -
 
 
 def test_default_profile_needs_no_grant(settings: Settings) -> None:
-    profile = default_attach_profile(settings)
-    assert profile is not None and profile.name == "lttng" and not profile.requires_grant
+    profile = strongest_unprivileged(settings.profiles.values())
+    assert profile is not None and profile.name == "lttng" and not requires_grant(profile)
     container = build_attach_container(standby_pod(), settings, None, name="debug-toolset-x",
                                        target="app")
     assert env_value(container, constants.ENV_PROFILE) is None and is_attached(container)

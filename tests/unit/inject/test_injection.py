@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tests.unit.core_helpers import (
+    ADMITTED,
     admission_review,
     default_settings,
     injected,
@@ -17,7 +18,9 @@ from tests.unit.core_helpers import (
 from webhook.admission.review import decode_patch
 from webhook.config import load_settings
 from webhook.errors import SettingsError
+from webhook.guard.privilege import requires_grant
 from webhook.inject.decision import decide
+from webhook.policy.api import AllowAll, PolicyRequest
 from webhook.wire import constants
 
 
@@ -62,9 +65,9 @@ def test_lttng_profile_has_no_privilege_at_all() -> None:
     assert sidecar["securityContext"]["allowPrivilegeEscalation"] is False
     assert not any("hostPath" in v for v in result["spec"]["volumes"])
     assert set(mounts(sidecar)) == {"/var/run/lttng"}
-    assert default_settings().profiles["lttng"].requires_grant is False
+    assert requires_grant(default_settings().profiles["lttng"]) is False
     for name in ("perf", "bcc", "full"):
-        assert default_settings().profiles[name].requires_grant, name
+        assert requires_grant(default_settings().profiles[name]), name
 
 
 def test_reinvocation_and_already_injected_pod_give_empty_patch() -> None:
@@ -212,7 +215,7 @@ def test_a_platform_team_adds_a_profile_without_code(tmp_path: Any) -> None:
             "SIDECAR_DEBUG_DEFAULT_PROFILE": "gdb",
         }
     )
-    assert settings.profiles["gdb"].requires_grant
+    assert requires_grant(settings.profiles["gdb"])
     result, _ = injected(pod(), settings=settings)
     assert result["spec"]["containers"][0]["securityContext"] == {
         "capabilities": {"add": ["SYS_PTRACE"]}
@@ -268,3 +271,19 @@ def test_debuginfod_servers_reach_the_toolset_env_only_when_set() -> None:
     assert env["DEBUGINFOD_URLS"] == "https://debuginfod.example http://10.0.0.7:8002"
     assert (env["DEBUGINFOD_MAXTIME"], env["DEBUGINFOD_MAXSIZE"]) == ("12", str(512 << 20))
     assert result["spec"]["containers"][1].get("env") is None  # the app's: untouched
+
+
+def test_the_no_op_engine_offline_and_without_a_policy() -> None:
+    # One no-op engine (issue 27): offline `inject` takes AllowAll.offline(), a Mutator given
+    # no policy AllowAll(); they differ in grant, reason, message, image and start only.
+    perf = default_settings().profiles["perf"]
+    asked = PolicyRequest("dev", "default", {}, perf, "registry.example/toolset:2")
+    offline = AllowAll.offline().evaluate(asked)
+    assert (offline.allowed, offline.reason, offline.grant, offline.image, offline.started) == (
+        True, "offline-inject", "offline", None, None)
+    assert offline.message == "profile 'perf' injected offline"
+    bare = AllowAll(clock=lambda: ADMITTED).evaluate(asked)
+    assert (bare.reason, bare.grant, bare.image, bare.started) == (
+        "no-policy", "no-policy", "registry.example/toolset:2", ADMITTED)
+    assert bare.message == "profile 'perf' injected (no policy configured)"
+    assert AllowAll.offline().namespace_mode("dev") is None

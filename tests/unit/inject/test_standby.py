@@ -16,6 +16,7 @@ from tests.unit.policy.test_policy import (
     Clock,
     FakeCluster,
     policy_text,
+    profile_name,
     request,
     write,
 )
@@ -24,7 +25,7 @@ from webhook.errors import SettingsError
 from webhook.inject import pipeline
 from webhook.inject.workloads import inject_document
 from webhook.policy.api import AllowAll, PolicyRequest, PolicyResult
-from webhook.policy.gate import PolicyGate
+from webhook.policy.engine import PolicyGate
 from webhook.policy.loader import PolicyStore
 from webhook.wire import constants
 
@@ -155,7 +156,7 @@ def standby_request(profile: str = "full") -> PolicyRequest:
 def test_standby_needs_no_grant_even_for_a_privileged_profile(tmp_path: Path) -> None:
     cluster = FakeCluster()
     result: PolicyResult = gate(tmp_path, None, cluster).evaluate(standby_request("full"))
-    assert (result.profile, result.allowed, result.reason) == ("full", True, "standby")
+    assert (profile_name(result), result.allowed, result.reason) == ("full", True, "standby")
     assert result.grant == "unprivileged" and cluster.calls == []  # no SubjectAccessReview
     assert "attach" in result.message
 
@@ -163,7 +164,7 @@ def test_standby_needs_no_grant_even_for_a_privileged_profile(tmp_path: Path) ->
 def test_standby_respects_allowed_profiles_and_marks_no_expiry(tmp_path: Path) -> None:
     text = policy_text("allowedProfiles: [lttng]\nmode: downgrade\nmaxSessionDuration: 1h")
     result = gate(tmp_path, text, FakeCluster()).evaluate(standby_request("full"))
-    assert result.profile == "lttng" and result.reason == "not-allowed-by-policy"
+    assert profile_name(result) == "lttng" and result.reason == "not-allowed-by-policy"
     allowed = gate(tmp_path, text, FakeCluster()).evaluate(standby_request("lttng"))
     assert allowed.reason == "standby"
     assert allowed.annotations == {}  # no toolset runs: nothing expires

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.policy.test_policy import profile_name
 from webhook.config import Settings, load_settings
-from webhook.policy.gate import PolicyGate
+from webhook.policy.engine import PolicyGate
 from webhook.policy.loader import PolicyError, load_policy
 from webhook.policy.model import BUILTIN_NON_GRANTING
 from webhook.wire.identity import UserInfo
@@ -82,7 +83,7 @@ def test_grant_subject(
     gate = _gate(settings, tmp_path, cluster, f"grantSubject: {subject}")
     result = gate.evaluate(request(settings, "full", user=ALICE))
     assert (result.reason, result.grant) == (reason, grant)
-    assert result.profile == ("full" if reason.startswith("granted") else "lttng")
+    assert profile_name(result) == ("full" if reason.startswith("granted") else "lttng")
     assert len(cluster.calls) <= 2
     if subject == "serviceAccount":
         assert [c.user for c in cluster.calls] == [SA]  # the user is never asked
@@ -128,7 +129,7 @@ def test_controller_made_pods_get_no_privilege_when_the_user_must_grant(
     result = _gate(settings, tmp_path, cluster, f"grantSubject: {subject}").evaluate(
         request(settings, "full")
     )
-    assert (result.profile, result.reason) == ("lttng", "no-rbac-grant")
+    assert (profile_name(result), result.reason) == ("lttng", "no-rbac-grant")
     assert REPLICASET_CONTROLLER["username"] not in [c.user for c in cluster.calls]
     assert "never grants" in result.message
 
@@ -193,7 +194,7 @@ def test_argo_workflows_controller_never_grants_when_listed(
     cluster.grants.add((ARGO["username"], "full", "dev"))
     gate = make_gate(settings, cluster, example.read_text(), tmp_path)
     result = gate.evaluate(request(settings, "full", user=ARGO))
-    assert (result.profile, result.reason) == ("lttng", "no-rbac-grant")
+    assert (profile_name(result), result.reason) == ("lttng", "no-rbac-grant")
     assert [c.user for c in cluster.calls] == [SA]
     assert "system:serviceaccount:argo:argo, which never grants" in result.message
     # The example keeps the built-in entries: kube-system's controllers still never grant.
@@ -279,7 +280,7 @@ def test_failed_namespace_lookup_does_not_fall_through_to_a_looser_rule(
     # could not be decided applies, with its restrictive settings: mode deny.
     assert explanation.rule == "production"
     result = explanation.result
-    assert (result.allowed, result.profile, result.reason) == (
+    assert (result.allowed, profile_name(result), result.reason) == (
         False,
         None,
         "namespace-lookup-failed",
@@ -290,7 +291,7 @@ def test_failed_namespace_lookup_does_not_fall_through_to_a_looser_rule(
     assert any("no later rule is tried" in line for line in explanation.trace)
     # An unprivileged profile gets the undecided rule's settings too (its maxSessionDuration).
     lttng = gate.explain(request(settings, "lttng", namespace="shop"))
-    assert (lttng.rule, lttng.result.profile) == ("production", "lttng")
+    assert (lttng.rule, profile_name(lttng.result)) == ("production", "lttng")
     assert "sidecar-debug.io/overdue-after" in lttng.result.annotations
 
 
@@ -305,7 +306,7 @@ def test_failed_namespace_lookup_refuses_a_profile_the_later_rule_would_allow(
     rules = LOOKUP_RULES.replace("mode: deny", "mode: skip")
     gate = make_gate(settings, cluster, policy_text(rules=rules), tmp_path)
     result = gate.evaluate(request(settings, "perf", namespace="shop"))
-    assert (result.allowed, result.profile) == (True, None)
+    assert (result.allowed, profile_name(result)) == (True, None)
     assert result.reason == "namespace-lookup-failed"
 
 

@@ -12,12 +12,13 @@ import pytest
 import yaml
 
 from webhook.config import Settings, load_settings
+from webhook.guard.privilege import pod_security_refusal
 from webhook.kube.access import AccessCheck, ClusterAPIError
-from webhook.policy.api import PolicyRequest
-from webhook.policy.gate import PolicyGate, is_controller_identity, load_policy_engine
+from webhook.policy.api import PolicyRequest, PolicyResult
+from webhook.policy.engine import PolicyGate, load_policy_engine
+from webhook.policy.gate import is_controller_identity
 from webhook.policy.loader import BUILTIN_POLICY, PolicyError, PolicyStore, load_policy
 from webhook.policy.model import parse_duration
-from webhook.policy.privilege import pod_security_refusal
 from webhook.profiles import Profile
 from webhook.wire import constants
 from webhook.wire.identity import UserInfo
@@ -126,6 +127,11 @@ def request(
     )
 
 
+def profile_name(result: PolicyResult) -> str | None:
+    """The name of the profile a result gives (PolicyResult.profile is the Profile)."""
+    return result.profile.name if result.profile is not None else None
+
+
 # ---------------------------------------------------------------------------------------------
 # Default policy (no policy file): RBAC-gated privileged profiles, downgrade to lttng
 
@@ -133,7 +139,7 @@ def request(
 def test_unprivileged_profile_needs_no_rbac_call(settings: Settings) -> None:
     cluster = FakeCluster()
     result = make_gate(settings, cluster).evaluate(request(settings, "lttng"))
-    assert (result.profile, result.allowed, result.reason, result.grant) == (
+    assert (profile_name(result), result.allowed, result.reason, result.grant) == (
         "lttng",
         True,
         "unprivileged",
@@ -146,7 +152,7 @@ def test_service_account_grant(settings: Settings) -> None:
     cluster = FakeCluster()
     cluster.grant_sa("dev", "app", "full")
     result = make_gate(settings, cluster).evaluate(request(settings, "full"))
-    assert (result.profile, result.allowed, result.reason) == (
+    assert (profile_name(result), result.allowed, result.reason) == (
         "full",
         True,
         "granted-serviceaccount",
@@ -174,7 +180,8 @@ def test_user_grant_when_service_account_has_none(settings: Settings) -> None:
     cluster = FakeCluster()
     cluster.grants.add(("alice", "perf", "dev"))
     result = make_gate(settings, cluster).evaluate(request(settings, "perf", user=ALICE))
-    assert (result.profile, result.reason, result.grant) == ("perf", "granted-user", "user:alice")
+    assert (profile_name(result), result.reason, result.grant) == (
+        "perf", "granted-user", "user:alice")
     assert [c.user for c in cluster.calls] == ["system:serviceaccount:dev:app", "alice"]
     assert cluster.calls[1].groups == ("devs", "system:authenticated")
     assert cluster.calls[1].uid == "a-1"
@@ -183,7 +190,7 @@ def test_user_grant_when_service_account_has_none(settings: Settings) -> None:
 def test_no_grant_downgrades_to_lttng_with_the_rolebinding_hint(settings: Settings) -> None:
     cluster = FakeCluster()
     result = make_gate(settings, cluster).evaluate(request(settings, "full", user=ALICE))
-    assert (result.profile, result.allowed, result.reason, result.grant) == (
+    assert (profile_name(result), result.allowed, result.reason, result.grant) == (
         "lttng",
         True,
         "no-rbac-grant",
@@ -216,7 +223,7 @@ def test_controller_identities_never_grant(settings: Settings, username: str) ->
     controller: UserInfo = {"username": username, "groups": ["system:authenticated"]}
     assert is_controller_identity(controller)
     result = make_gate(settings, cluster).evaluate(request(settings, "full", user=controller))
-    assert (result.profile, result.reason) == ("lttng", "no-rbac-grant")
+    assert (profile_name(result), result.reason) == ("lttng", "no-rbac-grant")
     assert [c.user for c in cluster.calls] == ["system:serviceaccount:dev:app"]
     assert "never grants" in result.message and "bind the pod's service account" in result.message
 
@@ -249,28 +256,28 @@ def test_results_are_cached_per_subject_namespace_and_profile(settings: Settings
     cluster.grant_sa("dev", "app", "full")
     gate = make_gate(settings, cluster, clock=clock)
     for _ in range(5):
-        assert gate.evaluate(request(settings, "full")).profile == "full"
+        assert profile_name(gate.evaluate(request(settings, "full"))) == "full"
     assert len(cluster.calls) == 1
     gate.evaluate(request(settings, "full", namespace="other"))
     gate.evaluate(request(settings, "bcc"))
     assert len(cluster.calls) == 3
     # A revoked grant takes effect once the cache entry expires (sarCacheSeconds).
     cluster.grants.clear()
-    assert gate.evaluate(request(settings, "full")).profile == "full"
+    assert profile_name(gate.evaluate(request(settings, "full"))) == "full"
     clock.now += settings.sar_cache_seconds + 0.1
-    assert gate.evaluate(request(settings, "full")).profile == "lttng"
+    assert profile_name(gate.evaluate(request(settings, "full"))) == "lttng"
 
 
 def test_denials_are_cached_too_and_expire(settings: Settings) -> None:
     cluster = FakeCluster()
     clock = Clock()
     gate = make_gate(settings, cluster, clock=clock)
-    assert gate.evaluate(request(settings, "full")).profile == "lttng"
+    assert profile_name(gate.evaluate(request(settings, "full"))) == "lttng"
     cluster.grant_sa("dev", "app", "full")
-    assert gate.evaluate(request(settings, "full")).profile == "lttng"
+    assert profile_name(gate.evaluate(request(settings, "full"))) == "lttng"
     assert len(cluster.calls) == 1
     clock.now += settings.sar_cache_seconds + 0.1
-    assert gate.evaluate(request(settings, "full")).profile == "full"
+    assert profile_name(gate.evaluate(request(settings, "full"))) == "full"
 
 
 def test_apiserver_error_fails_closed_and_is_not_cached(settings: Settings) -> None:
@@ -279,7 +286,8 @@ def test_apiserver_error_fails_closed_and_is_not_cached(settings: Settings) -> N
     cluster.fail_access = True
     gate = make_gate(settings, cluster)
     result = gate.evaluate(request(settings, "full", user=ALICE))
-    assert (result.profile, result.allowed, result.reason) == ("lttng", True, "rbac-check-failed")
+    assert (profile_name(result), result.allowed, result.reason) == (
+        "lttng", True, "rbac-check-failed")
     assert "read timed out" in result.message
     cluster.fail_access = False
     assert gate.evaluate(request(settings, "full")).reason == "granted-serviceaccount"
@@ -291,7 +299,7 @@ def test_unexpected_exception_never_grants(settings: Settings) -> None:
             raise RuntimeError("bug")
 
     result = make_gate(settings, Broken()).evaluate(request(settings, "full"))
-    assert (result.profile, result.reason) == ("lttng", "rbac-check-failed")
+    assert (profile_name(result), result.reason) == ("lttng", "rbac-check-failed")
 
 
 def test_service_account_error_then_user_grant_grants(settings: Settings) -> None:
@@ -321,9 +329,9 @@ def test_first_matching_rule_wins_and_no_match_uses_defaults(
     cluster.grant_sa("elsewhere", "app", "full")
     gate = make_gate(settings, cluster, DEV_PROD, tmp_path)
     dev = gate.explain(request(settings, "full", namespace="dev"))
-    assert (dev.rule, dev.result.profile) == ("dev-full", "full")
+    assert (dev.rule, profile_name(dev.result)) == ("dev-full", "full")
     prod = gate.explain(request(settings, "full", namespace="payments-prod"))
-    assert (prod.rule, prod.result.profile, prod.result.reason) == (
+    assert (prod.rule, profile_name(prod.result), prod.result.reason) == (
         "prod-by-name",
         "lttng",
         "not-allowed-by-policy",
@@ -331,7 +339,7 @@ def test_first_matching_rule_wins_and_no_match_uses_defaults(
     assert "allowed: lttng" in prod.result.message
     # No rule matches: the built-in defaults (every profile, RBAC-gated) apply.
     other = gate.explain(request(settings, "full", namespace="elsewhere"))
-    assert (other.rule, other.result.profile) == ("defaults", "full")
+    assert (other.rule, profile_name(other.result)) == ("defaults", "full")
     # Policy refusals cost no RBAC call: only the dev and the other pod were checked.
     assert len(cluster.calls) == 2
 
@@ -342,7 +350,8 @@ def test_namespace_selector_rule(settings: Settings, tmp_path: Path) -> None:
     cluster.grant_sa("shop", "app", "full")
     gate = make_gate(settings, cluster, DEV_PROD, tmp_path)
     explanation = gate.explain(request(settings, "full", namespace="shop"))
-    assert (explanation.rule, explanation.result.profile) == ("production-lttng-only", "lttng")
+    assert (explanation.rule, profile_name(explanation.result)) == (
+        "production-lttng-only", "lttng")
     gate.explain(request(settings, "full", namespace="shop"))
     assert cluster.namespace_reads == ["shop"]  # cached
 
@@ -359,7 +368,7 @@ def test_selector_matches_synthetic_namespace_name_label(
     result = make_gate(settings, cluster, policy_text(rules=rules), tmp_path).evaluate(
         request(settings, "lttng", namespace="team-a")
     )
-    assert (result.profile, result.reason) == (None, "not-allowed-by-policy")
+    assert (profile_name(result), result.reason) == (None, "not-allowed-by-policy")
 
 
 def test_namespace_lookup_failure_refuses_privilege_but_not_the_pod(
@@ -375,7 +384,7 @@ def test_namespace_lookup_failure_refuses_privilege_but_not_the_pod(
     gate = make_gate(settings, cluster, policy_text(rules=rules), tmp_path)
     result = gate.evaluate(request(settings, "full", namespace="shop"))
     assert (result.allowed, result.reason) == (True, "namespace-lookup-failed")
-    assert result.profile == "lttng"
+    assert profile_name(result) == "lttng"
     assert cluster.calls == []  # nothing privileged can come of it, so RBAC is not asked
     # Unprivileged profiles still work when the namespace cannot be read.
     assert gate.evaluate(request(settings, "lttng", namespace="shop")).reason == "unprivileged"
@@ -414,7 +423,7 @@ def test_service_account_match(settings: Settings, tmp_path: Path) -> None:
     cluster.grant_sa("dev", "sre-bot", "full")
     cluster.grant_sa("dev", "app", "full")
     gate = make_gate(settings, cluster, policy_text(defaults, rules), tmp_path)
-    assert gate.evaluate(request(settings, "full", sa="sre-bot")).profile == "full"
+    assert profile_name(gate.evaluate(request(settings, "full", sa="sre-bot"))) == "full"
     assert gate.evaluate(request(settings, "full", sa="app")).reason == "not-allowed-by-policy"
 
 
@@ -431,7 +440,7 @@ def test_modes_when_rbac_says_no(
 ) -> None:
     gate = make_gate(settings, FakeCluster(), policy_text(f"mode: {mode}"), tmp_path)
     result = gate.evaluate(request(settings, "full"))
-    assert (result.profile, result.allowed, result.reason) == (profile, allowed, reason)
+    assert (profile_name(result), result.allowed, result.reason) == (profile, allowed, reason)
     if mode == "deny":
         assert (
             "denied" in result.message
@@ -458,7 +467,7 @@ def test_downgrade_with_nothing_unprivileged_allowed_injects_nothing(
 ) -> None:
     gate = make_gate(settings, FakeCluster(), policy_text("allowedProfiles: [full]"), tmp_path)
     result = gate.evaluate(request(settings, "full"))
-    assert (result.profile, result.allowed) == (None, True)
+    assert (profile_name(result), result.allowed) == (None, True)
     assert "no unprivileged profile is allowed" in result.message
 
 
@@ -498,7 +507,7 @@ def test_image_not_allowed(
 ) -> None:
     gate = make_gate(settings, FakeCluster(), policy_text(f"mode: {mode}"), tmp_path)
     result = gate.evaluate(request(settings, "lttng", image="evil.example/root:1"))
-    assert (result.profile, result.allowed, result.reason, result.image) == (
+    assert (profile_name(result), result.allowed, result.reason, result.image) == (
         profile,
         allowed,
         reason,
@@ -535,9 +544,9 @@ def test_default_profile_is_the_downgrade_target(settings: Settings, tmp_path: P
     profiles_file = write(tmp_path / "profiles.yaml", yaml.safe_dump(document))
     custom = load_settings(environ={"SIDECAR_DEBUG_PROFILES_FILE": profiles_file})
     gate = make_gate(custom, FakeCluster(), policy_text("defaultProfile: lttng-lite"), tmp_path)
-    assert gate.evaluate(request(custom, "full")).profile == "lttng-lite"
+    assert profile_name(gate.evaluate(request(custom, "full"))) == "lttng-lite"
     gate = make_gate(custom, FakeCluster(), None)
-    assert gate.evaluate(request(custom, "full")).profile == "lttng"  # strongest unprivileged
+    assert profile_name(gate.evaluate(request(custom, "full"))) == "lttng"  # strongest unprivileged
 
 
 def test_pod_security_warning_for_privileged_result(settings: Settings) -> None:
@@ -545,7 +554,7 @@ def test_pod_security_warning_for_privileged_result(settings: Settings) -> None:
     cluster.grant_sa("dev", "app", "full")
     cluster.labels["dev"] = {"pod-security.kubernetes.io/enforce": "baseline"}
     result = make_gate(settings, cluster).evaluate(request(settings, "full"))
-    assert result.profile == "full"
+    assert profile_name(result) == "full"
     assert any(
         "enforces Pod Security 'baseline'" in w and "=privileged" in w for w in result.warnings
     )
@@ -603,7 +612,7 @@ def test_namespace_lookup_failure_only_drops_the_warning(settings: Settings) -> 
     cluster.grant_sa("dev", "app", "full")
     cluster.fail_namespace = True
     result = make_gate(settings, cluster).evaluate(request(settings, "full"))
-    assert (result.profile, result.warnings) == ("full", ())
+    assert (profile_name(result), result.warnings) == ("full", ())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -730,7 +739,7 @@ def test_reload_on_change_and_keep_last_good_on_error(
     clock = Clock()
     gate = make_gate(settings, FakeCluster(), policy_text("mode: skip"), tmp_path, clock=clock)
     path = tmp_path / "policy.yaml"
-    assert gate.evaluate(request(settings, "full")).profile is None  # skip
+    assert profile_name(gate.evaluate(request(settings, "full"))) is None  # skip
 
     def reloaded_after(seconds: float) -> None:
         clock.now += seconds
@@ -758,7 +767,7 @@ def test_reload_on_change_and_keep_last_good_on_error(
     path.write_text(policy_text("mode: downgrade"))
     os.utime(path, ns=(1, 3 * 10**18))
     reloaded_after(3)
-    assert gate.evaluate(request(settings, "full")).profile == "lttng"
+    assert profile_name(gate.evaluate(request(settings, "full"))) == "lttng"
     assert gate.store.last_error is None
 
 
@@ -771,7 +780,7 @@ def metric(name: str, labels: dict[str, str]) -> float:
 def test_load_policy_engine_without_a_path_uses_the_builtin_policy(settings: Settings) -> None:
     gate = load_policy_engine(settings, FakeCluster())
     result = gate.evaluate(request(settings, "full"))
-    assert (result.profile, result.reason) == ("lttng", "no-rbac-grant")
+    assert (profile_name(result), result.reason) == ("lttng", "no-rbac-grant")
 
 
 def test_parse_duration() -> None:
@@ -799,4 +808,4 @@ def test_a_bug_in_the_gate_injects_nothing(settings: Settings, tmp_path: Path) -
     gate = make_gate(settings, cluster)
     gate._pod_security_warnings = None  # type: ignore[assignment,method-assign]
     result = gate.evaluate(request(settings, "full"))
-    assert (result.profile, result.allowed, result.reason) == (None, True, "policy-error")
+    assert (profile_name(result), result.allowed, result.reason) == (None, True, "policy-error")

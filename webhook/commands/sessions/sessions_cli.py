@@ -49,7 +49,7 @@ def _list_sessions(args: argparse.Namespace) -> int:
     if args.policy:
         from webhook.config import load_settings
         from webhook.kube.access import KubernetesClusterAPI
-        from webhook.policy.gate import load_policy_engine
+        from webhook.policy.engine import load_policy_engine
 
         # PolicyError (file:line: problem) ends the command through webhook.commands.errors.
         settings = load_settings(overrides={"policy_path": args.policy})

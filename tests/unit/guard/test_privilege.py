@@ -11,7 +11,13 @@ import pytest
 
 from tests.unit.core_helpers import default_settings
 from webhook.guard import check, pss
-from webhook.policy.privilege import pod_security_refusal, privilege_reasons, sidecar_pod
+from webhook.guard.privilege import (
+    pod_security_refusal,
+    privilege_reasons,
+    profile_reasons,
+    requires_grant,
+    sidecar_pod,
+)
 from webhook.profiles import parse_profile_set
 
 
@@ -62,8 +68,8 @@ def test_host_paths_are_reasons_with_their_paths() -> None:
 
 def test_the_builtin_profiles_keep_their_answer() -> None:
     profiles = default_settings().profiles
-    assert {name for name, p in profiles.items() if p.requires_grant} == {"perf", "bcc", "full"}
-    assert profiles["perf"].privilege_reasons == (
+    assert {name for name, p in profiles.items() if requires_grant(p)} == {"perf", "bcc", "full"}
+    assert profile_reasons(profiles["perf"]) == (
         "capabilities PERFMON, SYSLOG, SYS_PTRACE", "seccomp Unconfined")
 
 
@@ -73,8 +79,8 @@ def test_a_custom_profile_asking_for_spc_t_needs_a_grant() -> None:
         "securityContext": {"seLinuxOptions": {"type": "spc_t"}},
     }]}, "test")
     profile = profile_set.profiles["selinux-debug"]
-    assert profile.requires_grant
-    assert profile.privilege_reasons == ("SELinux type spc_t",)
+    assert requires_grant(profile)
+    assert profile_reasons(profile) == ("SELinux type spc_t",)
 
 
 def test_the_rule_is_the_guards_exemption() -> None:
@@ -83,7 +89,7 @@ def test_the_rule_is_the_guards_exemption() -> None:
     covers."""
     for profile in default_settings().profiles.values():
         pod = sidecar_pod(profile.security_context, [h.path for h in profile.host_paths])
-        assert (pss.check_pod(pod, "baseline") == []) == (not profile.requires_grant)
+        assert (pss.check_pod(pod, "baseline") == []) == (not requires_grant(profile))
 
 
 def test_a_namespace_level_check_says_what_pod_security_would_say() -> None:

@@ -11,16 +11,19 @@ pod could add (host ports, probe hosts, host namespaces, sysctls). Nothing is de
 profile cannot be marked "safe" by mistake, and what the guard exempts for a granted toolset is
 what the grant covers. The ephemeral-container gate asks the same checks which profile covers
 a container (`beyond`). The chart's copy (templates/_helpers.tpl `privilegedProfiles`) must
-agree; tests/chart/test_chart_privilege.py compares the two.
+agree; tests/chart/test_chart_privilege.py compares the two. A profile (webhook.profiles) is data:
+whether it needs a grant is asked here (`profile_reasons`, `requires_grant`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from webhook.guard import pss
+from webhook.profiles import Profile
 
 # How a reason names each check, then the offending values ("capabilities BPF, SYS_ADMIN"), in
 # this order (the first four as the webhook has always listed them).
@@ -119,6 +122,40 @@ def privilege_reasons(
     """Why a toolset with this securityContext and these hostPath mounts needs an RBAC grant:
     what Pod Security `baseline` refuses in it. Empty when it stays within baseline."""
     return reasons(_baseline(security_context, host_paths))
+
+
+# A profile's reasons, computed once per Profile object: the policy gate asks for every profile on
+# every review, and a profile never changes after start-up. Keyed by id (a Profile holds a dict,
+# so it is not hashable); an entry goes when its profile does.
+_PROFILE_REASONS: dict[int, tuple[str, ...]] = {}
+
+
+def profile_reasons(profile: Profile) -> tuple[str, ...]:
+    """Why this profile needs an RBAC grant; empty when it is within Pod Security baseline."""
+    key = id(profile)
+    found = _PROFILE_REASONS.get(key)
+    if found is None:
+        paths = tuple(h.path for h in profile.host_paths)
+        found = privilege_reasons(profile.security_context, paths)
+        _PROFILE_REASONS[key] = found
+        weakref.finalize(profile, _PROFILE_REASONS.pop, key, None)
+    return found
+
+
+def requires_grant(profile: Profile) -> bool:
+    """Whether injecting this profile's toolset is a privilege grant (an RBAC grant needed)."""
+    return bool(profile_reasons(profile))
+
+
+def strongest_unprivileged(profiles: Iterable[Profile]) -> Profile | None:
+    """The strongest of `profiles` that needs no grant: most techniques, then most shared
+    volumes; ties keep the given (profiles file's) order. None when every one needs a grant.
+    What `attach` uses without --profile (a plain attach never needs an RBAC grant) and what a
+    policy rule without defaultProfile downgrades to (among the profiles it allows)."""
+    candidates = [p for p in profiles if not requires_grant(p)]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda p: (len(p.techniques), len(p.shared_volumes)))
 
 
 def _baseline(
