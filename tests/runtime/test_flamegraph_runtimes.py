@@ -258,7 +258,7 @@ def test_offcpu_and_wall(runtime_images: None, pod_workdir: Path) -> None:
 
 def test_node_offcpu_and_wall_named_as_cpu(runtime_images: None, pod_workdir: Path) -> None:
     """The demo's app (issue 23, item 8): off-CPU and wall stacks named as well as its CPU
-    stacks (94-95 % on Debian's node: the same two hidden frames per stack), switches copying
+    stacks (93-95 % on Debian's node: the same hidden frames per stack), switches copying
     16 KiB of stack in both, and the pod's account of each phase in wall and CPU seconds. At the
     `perf` profile, the least privilege docs/techniques.md names for both types (software
     events: no tracefs, no BPF), with the app as uid 10001."""
@@ -270,7 +270,15 @@ def test_node_offcpu_and_wall_named_as_cpu(runtime_images: None, pod_workdir: Pa
         for kind in ("offcpu", "wall"):
             run = record(played, "--type", kind, out=f"/tmp/fg-node-{kind}")
             meta = run.meta
-            assert meta["named_share"] >= 0.94, (kind, meta)
+            # As the CPU profile: only the hidden functions of Debian's stripped libnode and
+            # libuv go unnamed (92.9-94.8 % over runs: their share follows the stack depth).
+            assert meta["named_share"] >= case.named, (kind, meta)
+            libraries = {HIDDEN_FUNCTION.sub(r"\1", frame)
+                         for line in run.folded.splitlines()
+                         for frame in line.rpartition(" ")[0].split(";")
+                         if HIDDEN_FUNCTION.fullmatch(frame)
+                         and not frame.startswith(("[off CPU", "[on CPU", "[unwind stopped"))}
+            assert libraries <= set(case.unnamed), (kind, libraries)
             assert any("fibonacci" in line for line in run.folded.splitlines()), kind
             assert "16384 B per switch" in meta["callgraph"], meta["callgraph"]
             assert {"perf", "read", "kernel_symbols", "unwind"} <= set(meta["cpu_seconds"])
