@@ -73,3 +73,11 @@ def test_the_component_label_names_the_template() -> None:
         component = doc["metadata"].get("labels", {}).get("app.kubernetes.io/component")
         if component:
             assert name.startswith(f"{component}-"), (name, component)
+
+
+def test_helpers_are_defined_only_in_tpl_files() -> None:
+    """A reader looking for `sidecar-debug.X` finds it in a _*.tpl file, not inside the
+    template of one kind that happens to use it first."""
+    defining = sorted(path.name for path in (CHART / "templates").rglob("*.yaml")
+                      if re.search(r"\{\{-?\s*define\s", path.read_text()))
+    assert defining == []

@@ -4,7 +4,7 @@ profiles over HTTP or gRPC) (docs/exports.md).
 The results service (webhook.results.service, the one writer of the store) calls `export(run)`
 after each run is stored; the call only puts
 the run in each sink's queue and returns. A thread per sink sends (settings.py: where and with
-which credentials; wire.py: the request shapes; send.py: HTTP; grpc_send.py: OTLP/gRPC),
+which credentials; requests.py: the request shapes; send.py: HTTP; grpc_send.py: OTLP/gRPC),
 retrying with a doubling wait, so a slow or dead sink never delays storing or serving: its
 queue fills, and what does not fit is dropped and counted
 (sidecar_debug_exports_total{outcome="dropped"}).
@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from webhook.results.export import metrics, send, wire
+from webhook.results.export import metrics, requests, send
 from webhook.results.export.settings import (
     CredentialsError,
     ExportSettings,
@@ -40,10 +40,10 @@ __all__ = ["Exporters", "ExportSettings", "ExportSettingsError", "SinkSettings"]
 
 log = logging.getLogger("sidecar-debug.export")
 
-Sender = Callable[[wire.Request, float, SinkSettings], send.Answer]
+Sender = Callable[[requests.Request, float, SinkSettings], send.Answer]
 
 
-def _send(request: wire.Request, timeout: float, sink: SinkSettings) -> send.Answer:
+def _send(request: requests.Request, timeout: float, sink: SinkSettings) -> send.Answer:
     if request.method == "GRPC":
         from webhook.results.export import grpc_send  # grpcio loads only with a gRPC sink
 
@@ -131,7 +131,7 @@ class _Sink:
             self.metrics.exports.labels(sink=kind, outcome="unreadable").inc()
             log.warning("export to %s: %s cannot be read any more: %s", kind, run.id, error)
             return
-        request = wire.BUILDERS[kind](self.sink, run, stacks)
+        request = requests.BUILDERS[kind](self.sink, run, stacks)
         backoff = self.settings.backoff
         for attempt in range(1, self.settings.attempts + 1):
             try:
@@ -139,7 +139,7 @@ class _Sink:
             except CredentialsError as error:
                 answer = send.Answer(False, "credentials", False, str(error))
             else:
-                answer = self.sender(wire.Request(request.method, request.url,
+                answer = self.sender(requests.Request(request.method, request.url,
                                                   {**request.headers, **headers}, request.body),
                                      self.sink.timeout, self.sink)
             self.metrics.attempts.labels(sink=kind, result=answer.result).inc()

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from webhook.results.export import collector
+from webhook.results.export.requests import Request
 from webhook.results.export.send import Answer, otlp_outcome
 from webhook.results.export.settings import CredentialsError, SinkSettings
-from webhook.results.export.wire import Request
 
 if TYPE_CHECKING:
     import grpc

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from webhook.results.export import collector
-from webhook.results.export.wire import Request
+from webhook.results.export.requests import Request
 
 MAX_ANSWER = 1024
 MAX_SUCCESS_BODY = 64 << 10
