@@ -256,9 +256,12 @@ def test_offcpu_and_wall(runtime_images: None, pod_workdir: Path) -> None:
         save("go-wall", {"named_share": wall["named_share"], "events": wall["samples"]})
 
 
+OFF_CPU_NAMED = 0.92  # Debian's node: 13 of the blocked stack's 14 frames (see below)
+
+
 def test_node_offcpu_and_wall_named_as_cpu(runtime_images: None, pod_workdir: Path) -> None:
     """The demo's app (issue 23, item 8): off-CPU and wall stacks named as well as its CPU
-    stacks (93-95 % on Debian's node: the same hidden frames per stack), switches copying
+    stacks (92.9-95 % on Debian's node: the same hidden frames per stack), switches copying
     16 KiB of stack in both, and the pod's account of each phase in wall and CPU seconds. At the
     `perf` profile, the least privilege docs/techniques.md names for both types (software
     events: no tracefs, no BPF), with the app as uid 10001."""
@@ -270,9 +273,10 @@ def test_node_offcpu_and_wall_named_as_cpu(runtime_images: None, pod_workdir: Pa
         for kind in ("offcpu", "wall"):
             run = record(played, "--type", kind, out=f"/tmp/fg-node-{kind}")
             meta = run.meta
-            # As the CPU profile: only the hidden functions of Debian's stripped libnode and
-            # libuv go unnamed (92.9-94.8 % over runs: their share follows the stack depth).
-            assert meta["named_share"] >= case.named, (kind, meta)
+            # As the CPU profile, only the hidden functions of Debian's stripped libnode and
+            # libuv go unnamed; their share follows the stacks' depth: the idle main thread's
+            # blocked stack is 14 frames with one of them (92.86 % named, every run).
+            assert meta["named_share"] >= OFF_CPU_NAMED, (kind, meta)
             libraries = {HIDDEN_FUNCTION.sub(r"\1", frame)
                          for line in run.folded.splitlines()
                          for frame in line.rpartition(" ")[0].split(";")
