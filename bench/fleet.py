@@ -73,12 +73,15 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _rss_mib(pid: int) -> float:
+def _memory_mib(pid: int, field: str, source: str = "smaps_rollup") -> float:
+    """`field` (kB) summed over the service and its children. Rss counts the heap gunicorn's
+    master shares copy-on-write with its worker twice; Pss splits each shared page among the
+    processes that map it, so its sum is about what the container's cgroup is charged."""
     total = 0
     for task in [pid, *_children(pid)]:
         try:
-            for line in Path(f"/proc/{task}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
+            for line in Path(f"/proc/{task}/{source}").read_text().splitlines():
+                if line.startswith(field + ":"):
                     total += int(line.split()[1])
         except OSError:
             continue
@@ -318,7 +321,8 @@ def measure(cluster: Any, workdir: Path, size: int, *, steady_seconds: float, po
                     if requests else None,
                     "load_average": [round(x, 2) for x in os.getloadavg()],
                     "tls_connections_opened": agents.connections() - opened,
-                    "service_rss_mib": round(_rss_mib(pid), 1),
+                    "service_rss_mib": round(_memory_mib(pid, "VmRSS", "status"), 1),
+                    "service_pss_mib": round(_memory_mib(pid, "Pss"), 1),
                     "apiserver_cores": round((_cpu_seconds(apiserver) - api_cpu) / elapsed, 3),
                     "plans": len(latencies),
                     "pushes": agents.pushed(start, start + elapsed),
@@ -364,7 +368,7 @@ def fleet(cluster: Any, workdir: Path, sizes: list[int], *, steady_seconds: floa
 def _growth(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Cost per pod at each N: flat means linear in N."""
     per_pod: dict[str, list[float | None]] = {"service_cores": [], "apiserver_cores": [],
-                                              "service_rss_mib": []}
+                                              "service_rss_mib": [], "service_pss_mib": []}
     for run in runs:
         steady = run.get("steady", {})
         for key in per_pod:
