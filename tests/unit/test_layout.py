@@ -309,19 +309,6 @@ def test_the_cycle_check_finds_a_type_checking_cycle(tmp_path: Path) -> None:
 SESSION_COMMANDS = "webhook.commands.sessions"
 
 
-def reached_modules(start: str, root: Path = ROOT) -> set[str]:
-    """The webhook modules `start` imports, directly or through other webhook modules."""
-    reached: set[str] = set()
-    pending = [start]
-    while pending:
-        path = module_file(pending.pop(), root)
-        for imported in sorted(imported_modules(path, root) if path else ()):
-            if imported.startswith("webhook") and imported not in reached:
-                reached.add(imported)
-                pending.append(imported)
-    return reached
-
-
 def sibling_imports(package: str, root: Path = ROOT) -> list[str]:
     """'a -> b' for each module a of `package` that reaches its sibling b, except the siblings'
     `common`; `common` and the package's __init__ reach none."""
@@ -330,7 +317,7 @@ def sibling_imports(package: str, root: Path = ROOT) -> list[str]:
     found: list[str] = []
     for module in [package, *modules]:
         allowed = {f"{package}.common"} if module not in (package, f"{package}.common") else set()
-        reached = reached_modules(module, root)
+        reached = set(project_imports(module, root))
         found += [f"{module} -> {m}" for m in modules if m in reached - allowed - {module}]
     return found
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from webhook.controller import metrics
 from webhook.controller.kubeapi import ApiError, KubeApi
-from webhook.controller.sessions import field_dict
+from webhook.wire.pod import mapping
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +128,8 @@ class LeaderElector:
             self._observe(spec, "")
             return True
 
-        spec = field_dict(lease, "spec")
-        self._observe(spec, str(field_dict(lease, "metadata").get("resourceVersion", "")))
+        spec = mapping(lease.get("spec"))
+        self._observe(spec, str(mapping(lease.get("metadata")).get("resourceVersion", "")))
         holder = spec.get("holderIdentity") or ""
         duration = spec.get("leaseDurationSeconds")
         duration = duration if isinstance(duration, int) and duration > 0 else int(
@@ -157,7 +157,7 @@ class LeaderElector:
             log.info("took over lease %s/%s from %r", self.namespace, self.name,
                      holder or "(released)")
         self._observe(updated["spec"],
-                      str(field_dict(answer, "metadata").get("resourceVersion", "")))
+                      str(mapping(answer.get("metadata")).get("resourceVersion", "")))
         return True
 
     def _observe(self, spec: dict[str, Any], resource_version: str) -> None:
@@ -216,7 +216,7 @@ class LeaderElector:
                 "GET",
                 f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{self.name}",
                 timeout=self.call_timeout)
-            spec = field_dict(lease, "spec")
+            spec = mapping(lease.get("spec"))
             if spec.get("holderIdentity") != self.identity:
                 return
             lease["spec"] = {**spec, "holderIdentity": "", "leaseDurationSeconds": 1,

@@ -30,7 +30,7 @@ from typing import Any
 
 from webhook.inject.attach import env_value, is_attached
 from webhook.wire import constants
-from webhook.wire.pod import PodView, named
+from webhook.wire.pod import PodView, mapping, named
 from webhook.wire.rfc3339 import parse_time
 from webhook.wire.status import read_status
 
@@ -68,12 +68,6 @@ class Session:
         return f"{what} {self.container} (profile {self.profile or 'unknown'})"
 
 
-def field_dict(parent: Mapping[str, Any], key: str) -> dict[str, Any]:
-    """parent[key] when it is an object, else {} (API objects are read without trusting them)."""
-    value = parent.get(key)
-    return value if isinstance(value, dict) else {}
-
-
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
@@ -87,7 +81,7 @@ def is_attached_toolset(container: Any) -> bool:
 def sessions_of(pod: Mapping[str, Any]) -> list[Session]:
     """The debug sessions of one pod (empty for a pod we never touched)."""
     view = PodView.of(pod)
-    status = field_dict(pod, "status")
+    status = mapping(pod.get("status"))
     namespace, name = view.namespace, view.name
     uid = _text(view.metadata.get("uid"))
     account = view.service_account
@@ -136,7 +130,7 @@ def _from_env(kind: str, container: dict[str, Any], namespace: str, pod: str, ui
 
 def is_active_pod(pod: Mapping[str, Any]) -> bool:
     """Running or about to: not being deleted, not finished."""
-    metadata, status = field_dict(pod, "metadata"), field_dict(pod, "status")
+    metadata, status = mapping(pod.get("metadata")), mapping(pod.get("status"))
     return not metadata.get("deletionTimestamp") and status.get("phase") not in (
         "Succeeded", "Failed")
 
