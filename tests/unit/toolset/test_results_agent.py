@@ -5,6 +5,7 @@ deadline is read from the env or ignored when malformed."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -75,6 +76,58 @@ def test_the_recordings_files_are_read_capped_and_without_following_links(
     (tmp_path / "link").symlink_to(stacks)
     with pytest.raises(OSError):
         agent._read_capped(str(tmp_path / "link"), 1024)
+
+
+def _fake_flamegraph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exit_code: int,
+                     meta: str | None) -> None:
+    """A `flamegraph` on PATH that fails as the real one does: OUT/meta.json (when `meta` is
+    given) and a last line on stderr."""
+    script = tmp_path / "bin" / "flamegraph"
+    script.parent.mkdir()
+    write = "" if meta is None else f"cat > \"$out/meta.json\" <<'META'\n{meta}\nMETA\n"
+    script.write_text("#!/bin/sh\n"
+                      'while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done\n'
+                      'mkdir -p "$out"\n' + write +
+                      f"echo 'error: the last line' >&2\nexit {exit_code}\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{script.parent}:{os.environ['PATH']}")
+
+
+@pytest.mark.parametrize(("exit_code", "meta", "reason"), [
+    # flamegraph's own code names the real cause: the page and the Event say `memlock`, and
+    # three failures for a missing capability are not counted with three for a paranoid level.
+    (4, '{"error": {"reason": "memlock", "code": 4, "message": "m"}}', "memlock"),
+    (4, '{"error": {"reason": "ptrace", "code": 4, "message": "m"}}', "ptrace"),
+    (1, '{"error": {"reason": "no-samples", "code": 1, "message": "m"}}', "no-samples"),
+    # What the file says is not believed beyond the known codes (the metric's labels).
+    (4, '{"error": {"reason": "x<script>", "code": 4}}', "not-possible"),
+    (4, '{"error": {"reason": "made-up", "code": 4}}', "not-possible"),
+    (4, '{"error": "memlock"}', "not-possible"),
+    (4, "[1, 2]", "not-possible"),
+    (4, "not json", "not-possible"),
+    (3, None, "no-target"),
+    (9, None, "exit-9"),
+])
+def test_a_failed_flamegraph_is_reported_with_its_own_reason(
+        agent: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exit_code: int,
+        meta: str | None, reason: str) -> None:
+    _fake_flamegraph(tmp_path, monkeypatch, exit_code, meta)
+    with pytest.raises(agent.RecordingError) as failed:
+        agent.record("perf", 1, 99)
+    assert failed.value.reason == reason
+    assert failed.value.message == f"flamegraph exited {exit_code}: error: the last line"
+
+
+def test_a_meta_file_that_is_a_link_is_not_followed(agent: ModuleType, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text('{"error": {"reason": "memlock"}}')
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "meta.json").symlink_to(elsewhere)
+    assert agent.failure_reason(4, str(out)) == "not-possible"
+    (out / "meta.json").unlink()
+    (out / "meta.json").write_text('{"error": {"reason": "memlock"}}')
+    assert agent.failure_reason(4, str(out)) == "memlock"
 
 
 def test_a_failed_recording_is_reported_to_the_failures_endpoint(
