@@ -223,6 +223,48 @@ def test_perf_scripts_fail_clearly_without_privileges(python_lttng_pod: PlayedPo
 
 # --- uprobes ---
 
+def test_an_attached_toolset_profiles_the_app_not_the_injected_sidecar(
+        runtime_images: None, pod_workdir: Path) -> None:
+    """A pod already injected, and a second toolset container beside it, as `attach` adds one:
+    with no --pid, flamegraph in that second container profiles the app. It used to take the
+    oldest process of another container, the injected sidecar's python (the sidecar is put
+    in front of the app). (A mesh proxy started before the app is passed over too:
+    tests/unit/toolset/test_toolset_target.py.)"""
+    pod = podman_pod.sample_pod("c", podman_pod.unique("rt-attached"))
+    pod["spec"]["containers"][0]["command"] = ["/usr/local/bin/hot"]  # always on CPU
+    injected = podman_pod.inject(pod, "full", None, podman_pod.TOOLSET_IMAGE)
+    containers = injected["spec"]["containers"]
+    sidecar = next(c for c in containers if c["name"] == podman_pod.SIDECAR)
+    attached = {key: value for key, value in json.loads(json.dumps(sidecar)).items()
+                if key in ("image", "securityContext", "env", "volumeMounts")}
+    attached.update(name="attached", command=["sleep", "3600"])
+    injected["spec"]["containers"] = [*containers, attached]
+    with podman_pod.played(injected, pod_workdir) as played:
+        played.wait_for_log(r'"rate"')
+        # podman starts a pod's containers in no fixed order (the kubelet starts them in the
+        # spec's): the app, restarted, is younger than the sidecar for sure.
+        subprocess.run(["podman", "restart", played.container("app")], check=True,
+                       capture_output=True, timeout=120)
+        deadline = time.monotonic() + 60
+        while True:
+            listing = played.exec("ps", "-eo", "pid=,comm=,args=", "--sort=start_time",
+                                  container="attached", check=True).stdout
+            if " hot " in listing or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        started = [line.split(None, 2) for line in listing.strip().splitlines()]
+        order = [comm if "toolset-entrypoint" not in args else "toolset-entrypoint"
+                 for _, comm, args in started]
+        # What made the old choice wrong, so that the test cannot pass for nothing.
+        assert order.index("toolset-entrypoint") < order.index("hot"), listing
+        hot = next(pid for pid, comm, _ in started if comm == "hot")
+        result = played.exec("flamegraph", "--seconds", "2", "--out", "/tmp/fg-attached",
+                             container="attached", check=True)
+        assert result.stdout.startswith(f"hottest functions of PID {hot} (hot)"), \
+            result.stdout
+        assert "fib_recursive" in result.stdout.splitlines()[1], result.stdout
+
+
 def test_uprobe_trace_captures_arguments_and_return_values(c_pod: PlayedPod) -> None:
     result = c_pod.exec("uprobe-trace", "--function", "fib", "--args", "int", "--ret",
                         "--seconds", "3", "--max-events", "100", check=True)

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NoReturn
 
 # Exit codes shared by all scripts.
@@ -29,19 +29,17 @@ EXIT_NOT_POSSIBLE = 4  # this pod/sidecar lacks what the technique needs (doctor
 # Infrastructure processes of a pod: the pause container (Kubernetes) or podman's infra
 # container (catatonit), and the toolset container's own tooling.
 INFRA_COMMANDS = {"pause", "catatonit", "podman-pause", "conmon"}
-SIDECAR_COMMANDS = {
-    "toolset-entrypo",  # comm is truncated to 15 characters
-    "toolset-entrypoint",
-    "lttng-sessiond",
-    "lttng-runas",
-    "lttng-consumerd",
-    "sleep",
-    "perf",
-    "bpftrace",
-    "babeltrace2",
-    "py-spy",
-    "jattach",
-}
+# Every process of a toolset container inherits the image's environment: another toolset
+# beside this one (the injected sidecar, seen from an attached ephemeral container) is never
+# the app. Where its environment is not ours to read, its entrypoint's command line says it
+# (a python3 script: its comm is python3).
+TOOLSET_ENV_MARK = b"SIDECAR_DEBUG_TOOLSET_VARIANT="
+TOOLSET_SCRIPTS = {"toolset-entrypoint", "results-agent"}
+# A service mesh's proxy is the oldest process of many pods (Istio starts it first with
+# holdApplicationUntilProxyStarts): the default target is the oldest process that is not one.
+PROXY_COMMANDS = {"envoy", "pilot-agent", "linkerd2-proxy", "linkerd-await"}
+ENVIRON_LIMIT = 256 << 10
+PROC_TEXT_LIMIT = 1 << 20  # a hostile app's command line can be megabytes
 
 # Runtimes whose code is JIT-compiled: perf needs /tmp/perf-PID.map to name their frames.
 JIT_HINTS = {
@@ -67,10 +65,10 @@ def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
     raise SystemExit(code)
 
 
-def read_text(path: str) -> str | None:
+def read_text(path: str, limit: int = PROC_TEXT_LIMIT) -> str | None:
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
+            return handle.read(limit)
     except OSError:
         return None
 
@@ -84,7 +82,6 @@ class Process:
     cgroup: str
     uid: int
     exe: str | None = None
-    environ_keys: set[str] = field(default_factory=set)
 
     @property
     def command_line(self) -> str:
@@ -159,17 +156,36 @@ def is_ours(process: Process, mine: str) -> bool:
         return False
 
 
+def is_toolset(process: Process) -> bool:
+    """True for a process of a toolset container (ours or another: the image's environment
+    variable, else a toolset script's command line). An app that imitates either only hides
+    itself from the default choice; --pid still reaches it."""
+    script = any(os.path.basename(arg) in TOOLSET_SCRIPTS for arg in process.cmdline[:2])
+    try:
+        with open(f"/proc/{process.pid}/environ", "rb") as handle:
+            environ = handle.read(ENVIRON_LIMIT)
+    except OSError:  # another uid or more capabilities than ours: not ours to read
+        return script
+    return script or environ.startswith(TOOLSET_ENV_MARK) or \
+        b"\0" + TOOLSET_ENV_MARK in environ
+
+
 def app_processes() -> list[Process]:
-    """Processes of the other containers of the pod, oldest first."""
+    """Processes of the other containers of the pod, oldest first, without those of toolset
+    containers (a container is one cgroup: all of a toolset's processes go with it)."""
     mine = own_cgroup()
-    result = []
+    others = []
     for process in all_processes():
         if process.comm in INFRA_COMMANDS or process.pid == 1 and process.comm in ("pause",):
             continue
         if is_ours(process, mine):
             continue
-        result.append(process)
-    return result
+        others.append(process)
+    toolsets = [process for process in others if is_toolset(process)]
+    toolset_cgroups = {process.cgroup for process in toolsets if process.cgroup}
+    toolset_pids = {process.pid for process in toolsets}
+    return [process for process in others
+            if process.pid not in toolset_pids and process.cgroup not in toolset_cgroups]
 
 
 def pid_namespace_shared() -> bool:
@@ -182,7 +198,8 @@ def pid_namespace_shared() -> bool:
 
 def find_target(pid: int | None, name: str | None) -> Process:
     """The process to profile: --pid, else the oldest app process matching --name, else the
-    oldest process of another container (the app's main process)."""
+    oldest process of another container (the app's main process) that is not a mesh proxy
+    (PROXY_COMMANDS; when only proxies run, the oldest of them)."""
     if pid is not None:
         process = read_process(pid)
         if process is None:
@@ -206,7 +223,7 @@ def find_target(pid: int | None, name: str | None) -> Process:
             else "no other container's process is running yet"
         )
         fail(f"no app process found: {hint}; pass --pid PID", EXIT_NO_TARGET)
-    return candidates[0]
+    return min(candidates, key=lambda p: p.comm in PROXY_COMMANDS)  # stable: oldest first
 
 
 def describe(process: Process) -> str:
