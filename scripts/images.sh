@@ -13,7 +13,8 @@
 # Packages come from where this machine's package managers fetch them: the Debian mirror of its
 # apt sources (scripts/debian-mirror.sh), the package index of its pip configuration (the
 # webhook's dependencies, the toolset's py-spy wheel). The Python >= 3.12 sample needs Debian 13:
-# a second base, debootstrap'ed from the same mirror (base-trixie, built only for that sample).
+# a second base, debootstrap'ed from the same mirror (base-trixie: those samples, and the
+# toolset's copy of Debian 13's glibc symbols).
 #
 # Environment: SIDECAR_DEBUG_CACHE (default ~/.cache/sidecar-debug), DEBIAN_MIRROR and
 # DEBIAN_SECURITY_MIRROR (default: from the apt sources), PIP_INDEX_URL (default: pip's
@@ -254,15 +255,18 @@ pip_index_args() {
 build_toolset_target() {
   local target="$1" image="$2"
   build_base
+  # Debian 13's glibc symbols come from the trixie base (toolset/Dockerfile).
+  build_base trixie "$TRIXIE_BASE_IMAGE"
   local hash pip_args=()
   read -r -a pip_args <<<"$(pip_index_args)"
-  hash="$(inputs_hash "base=$(image_id "$BASE_IMAGE") target=$target${pip_args[*]:+ ${pip_args[*]}}" toolset)"
+  hash="$(inputs_hash "base=$(image_id "$BASE_IMAGE") trixie=$(image_id "$TRIXIE_BASE_IMAGE") target=$target${pip_args[*]:+ ${pip_args[*]}}" toolset)"
   if up_to_date "$image" "$hash"; then
     log "$image up to date"
     return 0
   fi
   podman_build "$image" "$hash" "$ROOT/toolset" --file "$ROOT/toolset/Dockerfile" \
-    --target "$target" "${pip_args[@]}" "$(ca_mount)"
+    --target "$target" --build-arg "TRIXIE_BASE_IMAGE=$TRIXIE_BASE_IMAGE" "${pip_args[@]}" \
+    "$(ca_mount)"
 }
 
 # build_samples [NAME...]: the sample apps (default: all). Each prints its build time.
