@@ -67,7 +67,7 @@ SCRIPT = (Path(__file__).resolve().parents[2] / "webhook" / "render" / "flamegra
 
 
 def hostile_stacks() -> dict[Stack, int]:
-    stacks = {("main", "handler", name): 10 + i for i, name in enumerate(HOSTILE)}
+    stacks: dict[Stack, int] = {("main", "handler", name): 10 + i for i, name in enumerate(HOSTILE)}
     stacks[("main", "handler", HOSTILE[3])] = 30  # wide enough for its label to show it
     stacks[("main", "fib")] = 40
     return stacks

@@ -186,9 +186,13 @@ def env(lite_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
     context = Env(cluster, cluster_ip, replicas, process_env)
     try:
         bundle = _wait(lambda: _secret_data(cluster).get("ca.crt"), 90, "the TLS Secret")
+
+        def ready(replica: Replica) -> bool:
+            return (replica.process.poll() is None
+                    and _get(replica.direct_port, bundle, "/readyz") == 200)
+
         for replica in replicas:
-            _wait(lambda r=replica: r.process.poll() is None
-                  and _get(r.direct_port, bundle, "/readyz") == 200, 90,
+            _wait(functools.partial(ready, replica), 90,
                   f"replica on port {replica.direct_port} ready")  # fmt: skip
         yield context
     finally:
@@ -421,9 +425,12 @@ def test_helm_upgrade_twice_keeps_the_ca(lite_cluster: Cluster, tmp_path: Path) 
     try:
         ca = _wait(secret_ca, 90, "the webhook to fill its Secret")
         _wait(lambda: bundles() and set(bundles()) == {ca}, 60, "caBundle in every entry")
+
+        def ready(replica: Replica) -> bool:
+            return _get(replica.direct_port, ca, "/readyz", svc_name) == 200
+
         for replica in replicas:
-            _wait(lambda r=replica: _get(r.direct_port, ca, "/readyz", svc_name) == 200, 60,
-                  "ready")  # fmt: skip
+            _wait(functools.partial(ready, replica), 60, "ready")
         for timeout in ("7", "9"):  # two upgrades, each changing the webhook configurations
             cluster.helm(*install, "--set", f"webhook.timeoutSeconds={timeout}")
             assert secret_ca() == ca, "helm upgrade changed the CA"

@@ -38,7 +38,7 @@ def _grant(cluster: Cluster, namespace: str, profile: str, *, serviceaccount: st
 
 
 def _running_pod(cluster: Cluster, namespace: str, selector: str) -> dict[str, Any]:
-    pod = wait_until(lambda: (pods_of(cluster, namespace, selector) or [None])[0], 90,
+    pod = wait_until(lambda: next(iter(pods_of(cluster, namespace, selector)), None), 90,
                      f"a pod for {selector}")
     return wait_pod_running(cluster, namespace, pod["metadata"]["name"])
 

@@ -223,7 +223,7 @@ def _pods(cluster: Cluster, namespace: str, app: str) -> list[dict[str, Any]]:
 
 def _first_pod(cluster: Cluster, namespace: str, app: str) -> dict[str, Any]:
     pod = wait_until(
-        lambda: (_pods(cluster, namespace, app) or [None])[0],
+        lambda: next(iter(_pods(cluster, namespace, app)), None),
         60,
         f"the ReplicaSet controller to create a pod for {app}",
     )
@@ -557,11 +557,11 @@ def test_the_guard_label_gate_from_the_chart(webhook: LocalWebhook) -> None:
     guarded, opted_in, plain = (f"pe-guard-{part}-{suffix}" for part in ("gl", "oi", "plain"))
     try:
         time.sleep(2)
-        for name, labels in ((guarded, ["debug=enabled"]), (opted_in, ["debug=enabled"]),
-                             (plain, [])):  # fmt: skip
+        for name, initial in ((guarded, ["debug=enabled"]), (opted_in, ["debug=enabled"]),
+                              (plain, [])):  # fmt: skip
             cluster.kubectl("create", "namespace", name)
-            if labels:
-                cluster.kubectl("label", "namespace", name, *labels)  # admin: holds every grant
+            if initial:
+                cluster.kubectl("label", "namespace", name, *initial)  # admin: holds every grant
 
         def label(name: str, *change: str, user: str) -> subprocess.CompletedProcess[str]:
             return cluster.kubectl("label", "namespace", name, "--overwrite", *change,

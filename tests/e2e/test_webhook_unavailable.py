@@ -44,8 +44,8 @@ def _webhook_deployment(cluster: Cluster) -> str:
 
 def _timeout_seconds(cluster: Cluster) -> int:
     configurations = cluster.kubectl_json("get", "mutatingwebhookconfigurations")["items"]
-    return max(hook.get("timeoutSeconds", 10) for item in configurations
-               for hook in item["webhooks"])
+    return int(max(hook.get("timeoutSeconds", 10) for item in configurations
+                   for hook in item["webhooks"]))
 
 
 def _create(cluster: Cluster, manifest: dict[str, Any]) -> tuple[float, Any]:

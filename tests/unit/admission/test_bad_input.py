@@ -14,7 +14,7 @@ from flask.testing import FlaskClient
 from tests.unit.admission.conftest import Tracebacks
 from tests.unit.core_helpers import admission_review, default_settings, settings_with
 from webhook.admission.mutate import Mutator
-from webhook.admission.review import decode_patch
+from webhook.admission.review import Response, Review, decode_patch
 from webhook.inject.patch import apply_patch
 from webhook.policy.api import AllowAll
 from webhook.server.app import create_app
@@ -49,20 +49,19 @@ def client() -> FlaskClient:
     return create_app(default_settings(), AllowAll(grant="test")).test_client()
 
 
-def _mutate(body: dict[str, Any]) -> dict[str, Any]:
-    review: Any = Mutator(default_settings(), AllowAll(grant="test")).review(copy.deepcopy(body))
+def _mutate(body: dict[str, Any]) -> Response:
+    review = Mutator(default_settings(), AllowAll(grant="test")).review(copy.deepcopy(body))
     assert "Traceback" not in json.dumps(review)
-    response: dict[str, Any] = review["response"]
-    return response
+    return review["response"]
 
 
-def _http(client: FlaskClient, body: dict[str, Any]) -> dict[str, Any]:
+def _http(client: FlaskClient, body: dict[str, Any]) -> Response:
     reply = client.post("/mutate", data=json.dumps(body), content_type="application/json")
     assert reply.status_code == 200, reply.data[:300]
     assert b"Traceback" not in reply.data
     answer = reply.get_json()
     assert answer["kind"] == "AdmissionReview"
-    response: dict[str, Any] = answer["response"]
+    response: Response = answer["response"]
     assert response["uid"] == UID
     return response
 
@@ -100,8 +99,9 @@ def test_a_status_annotation_that_is_not_ours_is_one_warning(
     assert f"is not sidecar-debug's status ({problem})" in ours[0]
     # The pod has no sidecar: it is injected, and the status annotation becomes ours.
     assert response["auditAnnotations"][constants.AUDIT_DECISION] == "injected"
-    review: Any = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}
-    pod = apply_patch(body["request"]["object"], decode_patch({**review, "response": response}))
+    review: Review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                      "response": response}
+    pod = apply_patch(body["request"]["object"], decode_patch(review))
     names = [c["name"] for c in pod["spec"]["containers"] + pod["spec"].get("initContainers", [])]
     assert default_settings().sidecar_name in names
     assert json.loads(pod["metadata"]["annotations"][STATUS])["container"] in names

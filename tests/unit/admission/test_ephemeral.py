@@ -225,8 +225,9 @@ def test_kubectl_debug_sysadmin_is_denied_without_the_grant_of_the_covering_prof
 def test_capabilities_map_to_the_least_privileged_profile_that_covers_them(
     settings: Settings,
 ) -> None:
-    tracer = {"name": "tracer", "image": "x",
-              "securityContext": {"capabilities": {"add": ["SYS_PTRACE", "PERFMON"]}}}
+    tracer: dict[str, Any] = {
+        "name": "tracer", "image": "x",
+        "securityContext": {"capabilities": {"add": ["SYS_PTRACE", "PERFMON"]}}}
     response = answer(settings, FakeCluster(), pod_review(tracer))
     assert "--clusterrole=sidecar-debug-profile-perf" in response["status"]["message"]
     # Compared as written, as Pod Security and the guard do: only a privileged grant covers

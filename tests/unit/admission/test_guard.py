@@ -28,19 +28,20 @@ from webhook.admission.guard import (
     stricter,
 )
 from webhook.admission.mutate import Mutator
-from webhook.admission.review import decode_patch
+from webhook.admission.review import Response, decode_patch
 from webhook.config import Settings, load_settings
 from webhook.inject.patch import apply_patch
 from webhook.policy.api import PolicyRequest
 from webhook.policy.engine import PolicyGate
 from webhook.policy.guard_questions import GrantVerdict
 from webhook.wire import constants
+from webhook.wire.identity import UserInfo
 
 NOW = dt.datetime(2026, 12, 3, 12, 0, 0, tzinfo=dt.UTC)
 NAMESPACE = "shop"
 OWNER = "system:serviceaccount:sidecar-debug:sidecar-debug-controller"
-BOB = {"username": "bob", "groups": ["system:authenticated"]}
-ALICE = {"username": "alice", "groups": ["system:authenticated"]}
+BOB: UserInfo = {"username": "bob", "groups": ["system:authenticated"]}
+ALICE: UserInfo = {"username": "alice", "groups": ["system:authenticated"]}
 
 
 @pytest.fixture
@@ -85,7 +86,7 @@ def app_pod(name: str = "web", **spec: Any) -> dict[str, Any]:
     }
 
 
-def injected(settings: Settings, gate: PolicyGate, user: dict[str, Any],
+def injected(settings: Settings, gate: PolicyGate, user: UserInfo,
              pod: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the mutating webhook makes of the pod for this requester (the real pipeline)."""
     pod = pod or app_pod()
@@ -96,13 +97,12 @@ def injected(settings: Settings, gate: PolicyGate, user: dict[str, Any],
     return apply_patch(pod, decode_patch(answer))
 
 
-def answer(guard: PodGuard, pod: dict[str, Any], user: dict[str, Any],
-           operation: str = "CREATE", old: dict[str, Any] | None = None) -> dict[str, Any]:
+def answer(guard: PodGuard, pod: dict[str, Any], user: UserInfo,
+           operation: str = "CREATE", old: dict[str, Any] | None = None) -> Response:
     review = admission_review(pod, NAMESPACE, operation=operation, username=user["username"],
                               groups=tuple(user["groups"]))
     review["request"]["oldObject"] = old
-    response: dict[str, Any] = guard.review(review)["response"]
-    return response
+    return guard.review(review)["response"]
 
 
 # ------------------------------------------------------------------ pure helpers
@@ -222,6 +222,7 @@ def test_an_ephemeral_toolset_needs_the_requesters_own_grant(
 
 
 def test_bad_input_is_a_400_never_an_error(guard: PodGuard, tmp_path: Path) -> None:
+    body: object  # any JSON a client may send
     for body in (None, [], {"kind": "AdmissionReview"}, {"kind": "AdmissionReview",
                  "apiVersion": "admission.k8s.io/v1", "request": {"uid": 5}}):
         response = guard.review(body)["response"]
@@ -249,7 +250,7 @@ def test_annotations_of_the_webhook_change_only_by_their_owners(
         assert refused["allowed"] is False
         assert "written by sidecar-debug's webhook and controller only" in (
             refused["status"]["message"])
-        owner = {"username": OWNER, "groups": ["system:serviceaccounts"]}
+        owner: UserInfo = {"username": OWNER, "groups": ["system:serviceaccounts"]}
         assert answer(guard, new, owner, "UPDATE", pod)["allowed"] is True
     relabelled = copy.deepcopy(pod)
     relabelled["metadata"]["labels"]["team"] = "shop"
@@ -269,7 +270,7 @@ def test_exempt_usernames_and_namespaces_pass(settings: Settings, gate: PolicyGa
 # ------------------------------------------------------------------ with the core
 
 
-def reason(response: dict[str, Any]) -> str:
+def reason(response: Response) -> str:
     return str(response["auditAnnotations"][constants.AUDIT_REASON])
 
 
@@ -370,7 +371,7 @@ def test_an_update_is_refused_only_for_what_it_adds(
         response["status"]["message"])
 
 
-def ephemeral_review(pod: dict[str, Any], container: dict[str, Any], user: dict[str, Any],
+def ephemeral_review(pod: dict[str, Any], container: dict[str, Any], user: UserInfo,
                      legacy: bool) -> dict[str, Any]:
     """A pods/ephemeralcontainers UPDATE as 1.20 (EphemeralContainers) or 1.22+ (Pod) sends it."""
     old = copy.deepcopy(pod)
@@ -400,7 +401,8 @@ def test_ephemeral_containers(settings: Settings, gate: PolicyGate, guard: PodGu
     pod = injected(settings, gate, ALICE)
     assert isinstance(guard.pods, Pods)
     guard.pods.pods[(NAMESPACE, "web")] = pod
-    sysadmin = {"name": "sysadmin", "image": settings.toolset_image, "command": ["sh"]}
+    sysadmin: dict[str, Any] = {"name": "sysadmin", "image": settings.toolset_image,
+                                "command": ["sh"]}
     if not legacy:  # Kubernetes >= 1.23: kubectl debug --profile=sysadmin
         sysadmin = {"name": "sysadmin", "image": "busybox", "securityContext": {
             "privileged": True}}
@@ -465,7 +467,7 @@ SECCOMP_LATER = "container.seccomp.security.alpha.kubernetes.io/later"
 APPARMOR_LATER = "container.apparmor.security.beta.kubernetes.io/later"
 
 
-def status_review(pod: dict[str, Any], old: dict[str, Any], user: dict[str, Any]
+def status_review(pod: dict[str, Any], old: dict[str, Any], user: UserInfo
                   ) -> dict[str, Any]:
     """A pods/status UPDATE (`kubectl replace --raw .../status`, the kubelet's status patch):
     the apiserver keeps the spec, the metadata goes through."""
@@ -491,10 +493,10 @@ def test_pods_status_cannot_change_the_owned_annotations(
         refused = guard.review(status_review(new, pod, BOB))["response"]
         assert refused["allowed"] is False and reason(refused) == "owned-annotation", refused
         assert key in refused["status"]["message"]
-        owner = {"username": OWNER, "groups": ["system:serviceaccounts"]}
+        owner: UserInfo = {"username": OWNER, "groups": ["system:serviceaccounts"]}
         assert guard.review(status_review(new, pod, owner))["response"]["allowed"] is True
     # What the kubelet writes there passes: conditions, phase, and other annotations.
-    kubelet = {"username": "system:node:n1", "groups": ["system:nodes"]}
+    kubelet: UserInfo = {"username": "system:node:n1", "groups": ["system:nodes"]}
     new = copy.deepcopy(pod)
     new["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
     new["metadata"]["annotations"]["team"] = "shop"
@@ -558,7 +560,7 @@ def test_the_namespace_enforce_version_label_chooses_the_checks(
     pod = app_pod(securityContext={"sysctls": [
         {"name": "net.ipv4.tcp_slow_start_after_idle", "value": "0"}]})
 
-    def review(version: str | None) -> dict[str, Any]:
+    def review(version: str | None) -> Response:
         labels = cluster.labels[NAMESPACE]
         labels.pop(constants.LABEL_POD_SECURITY_ENFORCE_VERSION, None)
         if version is not None:

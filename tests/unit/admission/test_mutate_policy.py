@@ -19,6 +19,7 @@ from tests.unit.policy.test_policy import (
 from webhook.admission.review import decode_patch
 from webhook.config import Settings, load_settings
 from webhook.server.app import create_app
+from webhook.wire.identity import UserInfo
 
 
 @pytest.fixture
@@ -26,7 +27,7 @@ def settings() -> Settings:
     return load_settings(environ={})
 
 
-def review(user: dict[str, Any], profile: str = "full") -> dict[str, Any]:
+def review(user: UserInfo, profile: str = "full") -> dict[str, Any]:
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -65,6 +66,7 @@ def injected_status(response: dict[str, Any]) -> dict[str, Any]:
     for op in patch:
         value = op.get("value")
         if op["path"] == "/metadata/annotations/sidecar-debug.io~1status":
+            assert isinstance(value, str)
             return dict(json.loads(value))
         if op["path"] == "/metadata/annotations" and isinstance(value, dict):
             return dict(json.loads(value["sidecar-debug.io/status"]))

@@ -14,7 +14,7 @@ from webhook.admission.namespace import (
     review_namespace_guard,
     review_namespace_name,
 )
-from webhook.admission.review import Request
+from webhook.admission.review import Request, Response
 from webhook.config import Settings, load_settings
 
 
@@ -165,15 +165,13 @@ VERSION = "pod-security.kubernetes.io/enforce-version"
 def guard_review(
     settings: Settings, cluster: FakeCluster, new: dict[str, str] | None,
     old: dict[str, str] | None, operation: str = "UPDATE",
-) -> dict[str, Any]:
+) -> Response:
     request = ns_request(
         operation,
         namespace("team-a", new) if new is not None else None,
         namespace("team-a", old) if old is not None else None,
     )
-    response: dict[str, Any] = review_namespace_guard(request, make_gate(settings, cluster))[
-        "response"]
-    return response
+    return review_namespace_guard(request, make_gate(settings, cluster))["response"]
 
 
 @pytest.mark.parametrize(

@@ -450,7 +450,8 @@ class _ApiCall:
     __name__ = "read_namespaced_secret"
 
     def __init__(self, error: BaseException | None = None, data: bytes = b"{}") -> None:
-        self.error, self.data, self.kwargs = error, data, {}
+        self.error, self.data = error, data
+        self.kwargs: dict[str, Any] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.kwargs = kwargs

@@ -56,8 +56,8 @@ def test_guard_check_agrees_with_each_fixture(path: Path) -> None:
     denied: dict[int, str] = {}
     for line in out.splitlines():
         if ": would be denied: " in line:
-            number, summary = line.split(": document ")[1].split(": would be denied: ")
-            denied[int(number.split(",")[0])] = summary
+            doc, summary = line.split(": document ")[1].split(": would be denied: ")
+            denied[int(doc.split(",")[0])] = summary
             continue
         match = LINE.match(line)
         assert match, line

@@ -13,7 +13,7 @@ import yaml
 from tests.unit.core_helpers import validate_pod
 
 CLI = [sys.executable, "-m", "webhook.commands.cli"]
-TEMPLATE = {
+TEMPLATE: dict[str, Any] = {
     "metadata": {"labels": {"app": "web"}},
     "spec": {"containers": [{"name": "web", "image": "node:20"}]},
 }

@@ -139,12 +139,13 @@ def test_windows_pods_are_spared_restricteds_own_checks_from_1_25() -> None:
 def test_restricted_checks_start_at_their_versions() -> None:
     """Before a restricted check exists, the baseline check it replaces applies: capabilities
     from 1.22, runAsUser from 1.23, allowPrivilegeEscalation from 1.8."""
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-           "spec": {"securityContext": {"runAsNonRoot": True, "runAsUser": 0,
-                                        "seccompProfile": {"type": "RuntimeDefault"}},
-                    "containers": [{"name": "c", "image": "x", "securityContext": {
-                        "allowPrivilegeEscalation": False,
-                        "capabilities": {"add": ["SYS_ADMIN"]}}}]}}
+    pod: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"securityContext": {"runAsNonRoot": True, "runAsUser": 0,
+                                     "seccompProfile": {"type": "RuntimeDefault"}},
+                 "containers": [{"name": "c", "image": "x", "securityContext": {
+                     "allowPrivilegeEscalation": False,
+                     "capabilities": {"add": ["SYS_ADMIN"]}}}]}}
     assert failed(pod, "restricted", "v1.23") == {"capabilities_restricted", "runAsUser"}
     assert failed(pod, "restricted", "v1.22") == {"capabilities_restricted"}
     assert failed(pod, "restricted", "v1.21") == {"capabilities_baseline"}

@@ -25,7 +25,8 @@ SETTINGS = default_settings()
 PROFILES = sorted(SETTINGS.profiles)
 # The names the built-in profiles give the volumes they add, and their -2, -3 variants.
 OURS = sorted(
-    {v.name for p in SETTINGS.profiles.values() for v in (*p.shared_volumes, *p.host_paths)}
+    {v.name for p in SETTINGS.profiles.values() for v in p.shared_volumes}
+    | {v.name for p in SETTINGS.profiles.values() for v in p.host_paths}
 )
 NAMES = [*OURS, *(f"{n}-2" for n in OURS), "data", "cache"]
 PATHS = ["/tmp", "/var/run/lttng", "/lib/modules", "/usr/src", "/data", "/host"]

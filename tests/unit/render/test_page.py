@@ -16,7 +16,7 @@ import pytest
 from tests.unit.render.pagedata import drawn
 from webhook.render import Profile, named_share, render
 from webhook.render.page import page_data, script_json
-from webhook.stacks import folded
+from webhook.stacks import Stack, folded
 
 HOSTILE = ["x</script><img src=x onerror=alert(1)>.js", '"><svg onload=alert(2)>',
            "javascript:alert(3)", "{{7*7}}", "<!--", "]]>", "\u202eevil\u202c", "a\u200bb",
@@ -54,7 +54,7 @@ def parsed(html: str) -> Elements:
 
 
 def hostile_profile() -> Profile:
-    stacks = {("main", name): 10 + i for i, name in enumerate(HOSTILE)}
+    stacks: dict[Stack, float] = {("main", name): 10 + i for i, name in enumerate(HOSTILE)}
     meta = {"technique": "perf</script>", "notes": ["<b>note</b>", 7, {"x": 1}],
             "warnings": "<img src=x onerror=alert(4)>", "duration": float("nan"),
             "unwinding": {"/app/<x>": "dwarf", "bad": ["list"]}, "pod": "p", "namespace": "n"}
@@ -112,12 +112,13 @@ def test_named_share_counts_sampled_frames() -> None:
     assert share.share == pytest.approx((15 - 3 - 3) / 15)
     assert named_share({}) is None
     assert named_share({("fib", "[unknown]_[k]"): 1}).share == 0.5  # type: ignore[union-attr]
-    toolset = {("node::Start", "[libuv.so.1.0.0]", "[unwind stopped: libfoo.so]", "fib"): 2}
+    toolset: dict[Stack, float] = {
+        ("node::Start", "[libuv.so.1.0.0]", "[unwind stopped: libfoo.so]", "fib"): 2}
     assert named_share(toolset).share == 0.5  # type: ignore[union-attr]
 
 
 def test_named_share_from_the_recording_wins() -> None:
-    stacks = {("main", "[unknown]"): 4}
+    stacks: dict[Stack, float] = {("main", "[unknown]"): 4}
     assert Profile(stacks, meta={"named_share": 0.97}).named().source == "meta.json"  # type: ignore[union-attr]
     for bad in (1.5, -1, "0.9", True, None, float("nan")):
         named = Profile(stacks, meta={"named_share": bad}).named()

@@ -40,7 +40,7 @@ from tests.unit.results.test_export import (  # noqa: F401
 from webhook.certs import pki
 from webhook.results.export import ExportSettings, ExportSettingsError
 from webhook.results.store import Run, Store
-from webhook.stacks import folded
+from webhook.stacks import Stack, folded
 
 META = {"container": "debug-toolset", "schedule": "namespace/shop#0", "duration": 30,
         "frequency": 99, "appContainer": "app", "serviceName": "web", "serviceVersion": "1.4.2",
@@ -380,7 +380,7 @@ def test_a_weighted_recording_keeps_its_unit_as_nanoseconds(tmp_path: Path, make
 
 def test_symbol_text_is_carried_as_data(tmp_path: Path, make: Make,  # noqa: F811
                                         collector: FakeSink) -> None:
-    hostile = {("app", "<script>alert(1)</script>", "a b\u202e", "\x00"): 3}
+    hostile: dict[Stack, int] = {("app", "<script>alert(1)</script>", "a b\u202e", "\x00"): 3}
     stored = Store(tmp_path).save("shop", "web-1", "perf", hostile, started=STARTED,
                                   meta={"frequency": 100})
     make({"otlp": {"url": collector.url}}).export(stored)

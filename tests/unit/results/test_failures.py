@@ -101,7 +101,7 @@ class FakeApi:
              timeout: float | None = None) -> dict[str, Any]:
         if self.fail is not None:
             raise self.fail
-        assert method == "POST"
+        assert method == "POST" and isinstance(body, dict)
         if any(b["metadata"]["name"] == body["metadata"]["name"] for _, b in self.posted):
             raise ApiError(409, "already exists")
         self.posted.append((path, body))

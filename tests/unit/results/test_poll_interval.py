@@ -9,6 +9,7 @@ import json
 import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from tests.unit.results.test_planner import planner
 from tests.unit.schedules.test_plan import namespace, pod
@@ -17,14 +18,15 @@ from webhook.results.planner import (
     IDLE_POLL_SECONDS,
     SPREAD_SECONDS,
     Planner,
+    Ticket,
 )
 from webhook.schedules.spec import Schedule
 
 T0 = datetime(2026, 12, 3, 7, 0, 20, tzinfo=UTC)
 
 
-def ask(subject: Planner, web: dict, ns: dict, pods: list[dict], now: datetime
-        ) -> tuple[list, int]:
+def ask(subject: Planner, web: dict[str, Any], ns: dict[str, Any], pods: list[dict[str, Any]],
+        now: datetime) -> tuple[list[Ticket], int]:
     applied: list[Schedule] = []
     tickets = subject.plan(web, ns, pods, now, applied)
     return tickets, subject.poll_seconds(web, applied, tickets, now)

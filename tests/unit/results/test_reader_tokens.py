@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from webhook.kube.access import AccessCheck
 from webhook.results.auth import (
     READER_AUDIENCE_SUFFIX,
     Authenticator,
@@ -105,7 +106,7 @@ class Apiserver:
         return {"authenticated": True, "audiences": common,
                 "user": {"username": self.users[token], "uid": "1", "groups": []}}
 
-    def access_allowed(self, check: Any, timeout: float) -> bool:
+    def access_allowed(self, check: AccessCheck, timeout: float) -> bool:
         return check.namespace == "team"
 
 
@@ -160,8 +161,8 @@ def test_the_service_never_logs_or_stores_a_readers_token(
     client = app.test_client()
     caplog.set_level(logging.DEBUG)
     secret = BOUND
-    for path in ("/", "/api/runs", "/runs/team/web/20000101T000000Z-perf/", "/nope"):
-        client.get(path, headers={"Authorization": f"Bearer {secret}"})
+    for url in ("/", "/api/runs", "/runs/team/web/20000101T000000Z-perf/", "/nope"):
+        client.get(url, headers={"Authorization": f"Bearer {secret}"})
     refused = bound("team", "nobody", READERS)  # not accepted: a 401
     answer = client.get("/", headers={"Authorization": f"Bearer {refused}"})
     assert answer.status_code == 401
@@ -205,7 +206,8 @@ def options(**values: Any) -> argparse.Namespace:
 
 
 def test_a_service_account_kubeconfig_sends_a_bound_token_of_its_own() -> None:
-    api, said = TokenAPI(), []
+    api = TokenAPI()
+    said: list[str] = []
     token, what = choose_token(options(), LEGACY, api, AUDIENCE, said.append)
     sent = token()
     assert api.requests == [("team", "reader", [READERS], BOUND_TOKEN_SECONDS)]
@@ -239,7 +241,8 @@ def test_otherwise_the_kubeconfig_token_is_sent_with_a_warning_or_refused(kubeco
 
 
 def test_service_account_option_and_its_refusals() -> None:
-    api, said = TokenAPI(), []
+    api = TokenAPI()
+    said: list[str] = []
     token, _ = choose_token(options(service_account="team/reader"), None, api, AUDIENCE,
                             said.append)
     assert token_audiences(token()) == (READERS,) and said == []

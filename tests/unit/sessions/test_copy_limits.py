@@ -138,8 +138,13 @@ def test_the_caps_are_flags_of_every_session_command(monkeypatch: pytest.MonkeyP
     from webhook.commands import cli
 
     made: list[sessions.Session] = []
+
+    def doctor(session: sessions.Session, **_: Any) -> int:
+        made.append(session)
+        return 0
+
     monkeypatch.setattr(sessions, "api_client_from", lambda *a: None)
-    monkeypatch.setattr(sessions, "doctor", lambda session, **_: made.append(session) or 0)
+    monkeypatch.setattr(sessions, "doctor", doctor)
     assert cli.main(["doctor", "web", "-n", "ns", "--max-output-bytes", "1000",
                      "--max-copy-bytes", "2000"]) == 0
     assert (made[0].max_output_bytes, made[0].max_copy_bytes) == (1000, 2000)

@@ -249,7 +249,7 @@ def test_pod_text_for_the_terminal_has_no_control_sequences() -> None:
     assert cut.startswith("a" * 10 + "\n[... 90 more bytes")
 
 
-HOSTILE = [
+HOSTILE_ARCHIVES = [
     pytest.param(tar_of({**TRACE, "/etc/evil": b"x"}), "unsafe path", id="absolute"),
     pytest.param(tar_of({**TRACE, "../evil": b"x"}), "unsafe path", id="parent"),
     pytest.param(tar_of({**TRACE, "trace/../../evil": b"x"}), "unsafe path", id="inner-parent"),
@@ -269,7 +269,7 @@ HOSTILE = [
 ]
 
 
-@pytest.mark.parametrize(("archive", "why"), HOSTILE)
+@pytest.mark.parametrize(("archive", "why"), HOSTILE_ARCHIVES)
 def test_a_hostile_archive_writes_nothing(tmp_path: Path, archive: bytes, why: str) -> None:
     home = tmp_path / "home"
     out = home / "out"

@@ -61,19 +61,19 @@ def decode_pprof(blob: bytes) -> dict[tuple[str, ...], int]:
     for number, value in fields:
         assert isinstance(value, bytes) or number not in (2, 4, 5)
         if number == 5 and isinstance(value, bytes):
-            items = dict(_fields(value))
-            functions[int(items[1])] = strings[int(items[2])]
+            function = dict(_fields(value))
+            functions[int(function[1])] = strings[int(function[2])]
         elif number == 4 and isinstance(value, bytes):
-            items = _fields(value)
-            ident = next(int(v) for n, v in items if n == 1)
-            line = next(v for n, v in items if n == 4)
+            location = _fields(value)
+            ident = next(int(v) for n, v in location if n == 1)
+            line = next(v for n, v in location if n == 4)
             assert isinstance(line, bytes)
             locations[ident] = int(dict(_fields(line))[1])
         elif number == 2 and isinstance(value, bytes):
             parts = dict(_fields(value))
-            ids, counts = parts[1], parts[2]
-            assert isinstance(ids, bytes) and isinstance(counts, bytes)
-            samples.append((_packed(ids), _packed(counts)))
+            raw_ids, raw_counts = parts[1], parts[2]
+            assert isinstance(raw_ids, bytes) and isinstance(raw_counts, bytes)
+            samples.append((_packed(raw_ids), _packed(raw_counts)))
     assert strings[0] == ""
     stacks: dict[tuple[str, ...], int] = {}
     for ids, counts in samples:

@@ -401,12 +401,15 @@ def test_kernel_symbols_text_only_hidden_addresses_skipped(lib: dict[str, Module
 
 def test_switches_copy_the_off_cpu_stack_size_in_wall_too(lib: dict[str, ModuleType]) -> None:
     recording = lib["recording"]
-    access = recording.Access(user_only=False, facts=None)  # type: ignore[arg-type]
+    access = recording.Access(user_only=False, facts=None)
 
     def command(kind: str) -> list[str]:
         options = recording.Options(target=recording.common.Process(
             1234, "app", ["app"], 0, "", 0), type=kind)
-        return recording.perf_command("perf", options, access, "/tmp/d", False)  # noqa: S108
+        # the modules are loaded at run time (Any to mypy): perf_command says list[str]
+        argv: list[str] = recording.perf_command(
+            "perf", options, access, "/tmp/d", False)  # noqa: S108
+        return argv
 
     switch = f"context-switches/period=1,call-graph=dwarf,stack-size={recording.OFFCPU_STACK}/"
     wall = command("wall")
