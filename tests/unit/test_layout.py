@@ -270,6 +270,19 @@ def test_the_renderers_leaves_import_nothing_of_the_project(module: str) -> None
     assert imports_outside(module, (module,)) == []
 
 
+# The results service and the controller are peers (each its own Deployment and
+# ServiceAccount): what both need (KubeApi, post_event) lives in kube/, below both.
+RESULTS = sorted(".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+                 for p in (ROOT / "webhook" / "results").rglob("*.py"))
+
+
+@pytest.mark.parametrize("module", RESULTS)
+def test_the_results_service_reaches_no_controller_module(module: str) -> None:
+    reached = project_imports(module)
+    assert [" -> ".join(chain) for name, chain in reached.items()
+            if name.startswith("webhook.controller")] == []
+
+
 def test_the_import_rules_see_lazy_and_indirect_imports(tmp_path: Path) -> None:
     package = tmp_path / "webhook"
     (package / "stacks").mkdir(parents=True)

@@ -330,7 +330,7 @@ def _service(args: argparse.Namespace) -> int:
     from webhook import logs
     from webhook.config import load_settings
     from webhook.controller import metrics as controller_metrics
-    from webhook.controller.kubeapi import ClientApi
+    from webhook.kube.api import ClientApi
     from webhook.kube.client import api_client
     from webhook.policy.engine import load_policy_engine
     from webhook.results import metrics

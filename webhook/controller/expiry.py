@@ -22,14 +22,12 @@ namespace's labels for rules with a namespaceSelector.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook.controller import metrics
-from webhook.controller.kubeapi import ApiError, KubeApi
 from webhook.controller.sessions import (
     ATTACHED,
     Session,
@@ -37,6 +35,8 @@ from webhook.controller.sessions import (
     is_active_pod,
     sessions_of,
 )
+from webhook.kube.api import ApiError, KubeApi
+from webhook.kube.events import post_event
 from webhook.policy.model import RuleSettings, format_duration
 from webhook.wire import constants
 from webhook.wire.rfc3339 import format_time
@@ -98,47 +98,6 @@ def judge(sessions: Iterable[Session], rules: RuleSource, now: dt.datetime,
         verdicts.append(Verdict(session, expires, expires is not None and now >= expires,
                                 rule, where))
     return verdicts
-
-
-def event_name(pod: str, uid: str, reason: str, detail: str = "") -> str:
-    """One name per (pod, reason, detail): the Event is created once, a second create is a 409
-    (an Event per pass would flood the namespace); the same after a failover."""
-    digest = hashlib.sha256(f"{uid}/{reason}/{detail}".encode()).hexdigest()[:10]
-    return f"{pod[:200]}.{digest}"
-
-
-def post_event(api: KubeApi, involved: dict[str, str], reason: str, message: str, *,
-               warning: bool, detail: str, identity: str, now: dt.datetime,
-               component: str = COMPONENT) -> str:
-    """Create an Event on `involved` (a Pod or a Namespace): "created", "exists" (its
-    deterministic name was taken: reported before, by this replica or an earlier leader) or
-    "failed" (logged; tried again next pass). `component` is the reporter (the controller's,
-    or the results service's)."""
-    stamp = format_time(now)
-    # A cluster-scoped object's Events live in `default` (the apiserver requires an Event's
-    # namespace to be its object's, or default for none); `kubectl describe namespace` finds them.
-    namespace = involved.get("namespace") or "default"
-    body = {
-        "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": event_name(involved["name"], involved.get("uid", ""), reason,
-                                        detail),
-                     "namespace": namespace},
-        "involvedObject": involved,
-        "reason": reason, "message": message[:1024],
-        "type": "Warning" if warning else "Normal",
-        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
-        "source": {"component": component},
-        "reportingComponent": component, "reportingInstance": identity,
-    }
-    try:
-        api.call("POST", f"/api/v1/namespaces/{namespace}/events", body)
-    except ApiError as error:
-        if error.status == 409:
-            return "exists"
-        log.warning("event %s on %s %s/%s: %s", reason, involved.get("kind"), namespace,
-                    involved["name"], error)
-        return "failed"
-    return "created"
 
 
 class ExpiryPass:
@@ -225,7 +184,7 @@ class ExpiryPass:
         involved = {"apiVersion": "v1", "kind": "Pod", "name": session.pod,
                     "namespace": session.namespace, "uid": session.uid}
         return post_event(self.api, involved, reason, message, warning=warning, detail=detail,
-                          identity=self.identity, now=self._now())
+                          identity=self.identity, now=self._now(), component=COMPONENT)
 
     def _report(self, verdict: Verdict, *, action: str = constants.ON_EXPIRY_REPORT,
                 result: str = "reported", extra: str = "") -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.controller import metrics
-from webhook.controller.kubeapi import ApiError, KubeApi
+from webhook.kube.api import ApiError, KubeApi
 from webhook.wire.pod import mapping
 
 log = logging.getLogger(__name__)

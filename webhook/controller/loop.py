@@ -20,9 +20,9 @@ from typing import Any
 from webhook.config import Settings
 from webhook.controller import metrics
 from webhook.controller.expiry import ExpiryPass, RuleSource
-from webhook.controller.kubeapi import ApiError, ClientApi, KubeApi
 from webhook.controller.lease import LeaderElector, Timing
 from webhook.controller.schedules import ScheduleChecks
+from webhook.kube.api import ApiError, ClientApi, KubeApi
 from webhook.wire import constants
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,9 @@ from typing import Any
 
 from webhook.config import Settings
 from webhook.controller import metrics
-from webhook.controller.expiry import post_event
-from webhook.controller.kubeapi import KubeApi
+from webhook.controller.expiry import COMPONENT
+from webhook.kube.api import KubeApi
+from webhook.kube.events import post_event
 from webhook.schedules import plan
 from webhook.schedules.plan import Book, Problem, RuleSource
 
@@ -63,7 +64,7 @@ class ScheduleChecks:
                 involved["namespace"] = problem.namespace
             result = post_event(self.api, involved, problem.reason, problem.message,
                                 warning=True, detail=problem.detail, identity=self.identity,
-                                now=self._now())
+                                now=self._now(), component=COMPONENT)
             if result == "failed":
                 continue  # tried again next pass
             if len(self._reported) >= MAX_REMEMBERED:

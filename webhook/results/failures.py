@@ -20,7 +20,7 @@ carry the app's text): every field is type-checked, the reason must be a short c
 message loses its control characters (a newline would forge a second log line, a bidi override
 would reorder the page's text) and is cut to MAX_MESSAGE characters.
 
-Calls (through webhook.controller.expiry.post_event): create events in the pod's namespace.
+Calls (through webhook.kube.events.post_event): create events in the pod's namespace.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from webhook.controller.expiry import post_event
-from webhook.controller.kubeapi import KubeApi
 from webhook.errors import Refused
+from webhook.kube.api import KubeApi
+from webhook.kube.events import post_event
 from webhook.results import metrics
 from webhook.results.planner import SUSPEND_AFTER
 

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from webhook.controller.kubeapi import ApiError
+from webhook.kube.api import ApiError
 from webhook.wire import constants
 
 NOW = dt.datetime(2026, 12, 3, 12, 0, 0, tzinfo=dt.UTC)

@@ -20,7 +20,7 @@ from flask.testing import FlaskClient
 
 from tests.unit.schedules.test_plan import SETTINGS, Rules, namespace, pod
 from webhook.config import Settings
-from webhook.controller.kubeapi import ApiError
+from webhook.kube.api import ApiError
 from webhook.profiles import ProfileSet
 from webhook.results import failures, metrics
 from webhook.results.auth import AgentIdentity, AuthError

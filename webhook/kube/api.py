@@ -1,10 +1,10 @@
-"""The controller's way to the Kubernetes API: raw JSON calls with a timeout (no exec: the
-controller holds no pods/exec right).
+"""Raw JSON calls to the Kubernetes API with a timeout, for the controller and the results
+service (no exec: neither holds a pods/exec right).
 
-`KubeApi` is what the controller's logic needs; `ClientApi` implements it over one
+`KubeApi` is what their logic needs; `ClientApi` implements it over one
 kubernetes.client.ApiClient (webhook.kube.client, the one constructor), and the unit tests pass
 a fake. Paths are written where the calls are made (tests/chart/test_chart_rbac.py reads them
-there to check the controller's RBAC).
+there to check each component's RBAC).
 """
 
 from __future__ import annotations
