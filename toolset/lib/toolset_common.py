@@ -158,8 +158,8 @@ def is_ours(process: Process, mine: str) -> bool:
 
 def is_toolset(process: Process) -> bool:
     """True for a process of a toolset container (ours or another: the image's environment
-    variable, else a toolset script's command line). An app that imitates either only hides
-    itself from the default choice; --pid still reaches it."""
+    variable, else a toolset script's command line). An app that imitates either only takes
+    its own container out of the default choice; --pid still reaches it."""
     script = any(os.path.basename(arg) in TOOLSET_SCRIPTS for arg in process.cmdline[:2])
     try:
         with open(f"/proc/{process.pid}/environ", "rb") as handle:

@@ -94,8 +94,8 @@ def test_a_mesh_proxy_started_first_is_not_the_default_target(
 
 def test_an_app_that_only_claims_a_toolset_name_hides_only_itself(
         common: ModuleType, spawn: Spawn, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Imitating the toolset takes the imitator out of the default choice, nothing more: the
-    other containers' processes stay, and --pid reaches it."""
+    """Imitating the toolset takes the imitator's container out of the default choice,
+    nothing more: the other containers' processes stay, and --pid reaches it."""
     start = spawn
     mimic = start({"SIDECAR_DEBUG_TOOLSET_VARIANT": "full"})
     app = start({})
