@@ -9,6 +9,7 @@ Numbers go to ~/.cache/sidecar-debug/flamegraph-runtimes.json (docs/techniques.m
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -193,3 +194,51 @@ def test_python_where_native_unwinding_fails_is_named_without_it(
     assert len(lines) == 1 and "UNW_EINVAL" in lines[0], result.stdout
     # The probe caught it: one recording, not a failed --native one first.
     assert result.stderr.count("recording 5 s") == 1, result.stderr
+
+
+# How real images start apps: a master forking its worker and waiting for it (gunicorn, nginx,
+# PostgreSQL), and under it a shell entrypoint that does not `exec`.
+MASTER = ("import subprocess, sys; "
+          "subprocess.run([sys.executable, '/app/cpu.py'], check=False)")
+
+
+def test_a_master_and_a_shell_wrapper_lead_to_the_process_that_works(
+        runtime_images: None, pod_workdir: Path) -> None:
+    """The app as uid 10001, the `perf` profile: a shell entrypoint without `exec` starts a
+    Python master that runs the CPU-bound worker as its child. The default target is the
+    master (the shell is passed over); recording it finds (almost) nothing, and one line says
+    where the CPU went and which --pid to take; with it, the worker's graph is named."""
+    case = CASES["python3.11"]
+    pod = perf_profile_pod(case, podman_pod.unique("pp-master"), None)
+    app = next(c for c in pod["spec"]["containers"] if c["name"] == "app")
+    app["command"] = ["sh", "-c", f'python3 -c "{MASTER}"; echo master gone']
+    with podman_pod.played(pod, pod_workdir) as played:
+        played.wait_for_log(r'"rate"', timeout=120)
+        assert_perf_profile_sidecar(played)
+        listing = played.exec("ps", "-eo", "pid=,ppid=,args=", check=True).stdout
+        rows = [line.split(None, 2) for line in listing.strip().splitlines()]
+        shell = next(pid for pid, _, args in rows if args.startswith("sh -c python3"))
+        master = next(pid for pid, ppid, args in rows if ppid == shell)
+        worker = next(pid for pid, ppid, _ in rows if ppid == master)
+        idle = played.exec("flamegraph", "--seconds", "2", "--out", "/tmp/fg-master")
+        assert f"target: PID {master} (python3)" in idle.stderr, idle.stderr
+        # py-spy may catch the master in its wait a few times: then the graph of those
+        # samples and the line as a warning; none: the line ends the error (no-samples).
+        elsewhere = (rf"PID {master} used 0\.0\d s of CPU while recording, its child "
+                     rf"processes [0-9.]+ s \(PID {worker} \(python3\) [0-9.]+ s\): the work "
+                     rf"is in them; pass --pid {worker}")
+        meta = json.loads(played.exec("cat", "/tmp/fg-master/meta.json", check=True).stdout)
+        if idle.returncode == 0:
+            [warning] = [line for line in idle.stdout.splitlines() if "child processes" in line]
+            assert re.fullmatch(f"warning: {elsewhere}", warning), warning
+            assert [w for w in meta["warnings"] if re.fullmatch(elsewhere, w)], meta
+        else:
+            assert idle.returncode == 1, idle.stdout + idle.stderr
+            [error] = [line for line in idle.stderr.splitlines() if line.startswith("error:")]
+            assert re.fullmatch(rf"error: no samples of PID {master} in 2 s: {elsewhere}",
+                                error), error
+            assert meta["error"]["reason"] == "no-samples", meta
+        busy = played.exec("flamegraph", "--seconds", "2", "--pid", worker, "--out",
+                           "/tmp/fg-worker")
+        assert busy.returncode == 0, busy.stdout + busy.stderr
+        assert "fib_recursive" in busy.stdout.splitlines()[1], busy.stdout

@@ -690,6 +690,35 @@ def tool_version(command: list[str]) -> str:
     return (result.stdout.strip().splitlines() or ["?"])[0][:80]
 
 
+def tree_cpu(target: common.Process) -> dict[int, tuple[str, float]]:
+    """CPU seconds so far of the target and the processes below it: {pid: (comm, seconds)}."""
+    tree = [target, *common.descendants(target.pid, common.all_processes())]
+    return {p.pid: (p.comm, cpu) for p in tree if (cpu := common.cpu_seconds(p.pid)) is not None}
+
+
+def work_elsewhere(target: int, before: dict[int, tuple[str, float]]) -> str | None:
+    """One line when the target's child processes used most of the CPU since `before` (a
+    master that forks its workers, as nginx, gunicorn or PostgreSQL do): how much, which, and
+    the --pid to record; None when the target did its own work."""
+    used: dict[int, tuple[str, float]] = {}
+    for pid, (comm, start) in before.items():
+        now = common.cpu_seconds(pid)
+        if now is not None:
+            used[pid] = (comm, max(0.0, now - start))
+    own = used.get(target, ("", 0.0))[1]
+    children = sorted(((cpu, pid, comm) for pid, (comm, cpu) in used.items()
+                       if pid != target and cpu > 0), reverse=True)
+    theirs = sum(cpu for cpu, _, _ in children)
+    if theirs < 0.05 or theirs <= 4 * own:
+        return None
+    listed = ", ".join(f"PID {pid} ({common.printable(comm)}) {cpu:.2f} s"
+                       for cpu, pid, comm in children[:3])
+    more = f", {len(children) - 3} more" if len(children) > 3 else ""
+    return (f"PID {target} used {own:.2f} s of CPU while recording, its child processes "
+            f"{theirs:.2f} s ({listed}{more}): the work is in them; pass --pid "
+            f"{children[0][1]}")
+
+
 def record_run(options: Options, work: str) -> Run:
     """Record, unwind and fold; write WORK/stacks.folded and WORK/meta.json. Raises
     RecordingFailed (after writing meta.json with the error) when it cannot."""
@@ -704,13 +733,18 @@ def record_run(options: Options, work: str) -> Run:
         runtime = detect_runtime(options.target)
         meta["runtime"] = runtime
         technique = choose_technique(options, runtime)
+        before = tree_cpu(options.target)
         run = run_pyspy(options, work) if technique == "py-spy" else run_perf(options, work)
+        elsewhere = work_elsewhere(options.target.pid, before)
         if not run.folded.samples:
             raise RecordingFailed(
                 "no-samples",
                 f"no samples of PID {options.target.pid} in {options.seconds:g} s"
-                + (": was it on CPU? (--type wall or offcpu shows waiting)"
+                + (f": {elsewhere}" if elsewhere else
+                   ": was it on CPU? (--type wall or offcpu shows waiting)"
                    if options.type == "cpu" else ""))
+        if elsewhere and options.type == "cpu":
+            run.warnings.append(elsewhere)
     except RecordingFailed as failure:
         meta.update(failure.as_meta())
         write_json(os.path.join(work, "meta.json"), meta)

@@ -38,6 +38,9 @@ TOOLSET_SCRIPTS = {"toolset-entrypoint", "results-agent"}
 # A service mesh's proxy is the oldest process of many pods (Istio starts it first with
 # holdApplicationUntilProxyStarts): the default target is the oldest process that is not one.
 PROXY_COMMANDS = {"envoy", "pilot-agent", "linkerd2-proxy", "linkerd-await"}
+# An entrypoint that starts the app as its child instead of exec'ing it (an init such as tini,
+# a shell script without `exec`): the default target is the app under it, not the wrapper.
+WRAPPER_COMMANDS = {"tini", "tini-static", "dumb-init", "sh", "dash", "bash", "ash"}
 ENVIRON_LIMIT = 256 << 10
 PROC_TEXT_LIMIT = 1 << 20  # a hostile app's command line can be megabytes
 
@@ -82,6 +85,7 @@ class Process:
     cgroup: str
     uid: int
     exe: str | None = None
+    ppid: int = 0
 
     @property
     def command_line(self) -> str:
@@ -127,6 +131,7 @@ def read_process(pid: int) -> Process | None:
         cgroup=read_text(f"/proc/{pid}/cgroup") or "",
         uid=int(uid_match.group(1)) if uid_match else -1,
         exe=exe,
+        ppid=int(fields[1]),  # field 4 of /proc/PID/stat
     )
 
 
@@ -223,7 +228,48 @@ def find_target(pid: int | None, name: str | None) -> Process:
             else "no other container's process is running yet"
         )
         fail(f"no app process found: {hint}; pass --pid PID", EXIT_NO_TARGET)
-    return min(candidates, key=lambda p: p.comm in PROXY_COMMANDS)  # stable: oldest first
+    chosen = min(candidates, key=lambda p: p.comm in PROXY_COMMANDS)  # stable: oldest first
+    return chosen if name is not None else under_wrappers(chosen, candidates)
+
+
+def under_wrappers(process: Process, candidates: list[Process]) -> Process:
+    """The app an entrypoint wrapper started: while `process` is a wrapper (WRAPPER_COMMANDS)
+    with a child among `candidates`, its oldest child."""
+    seen = {process.pid}
+    while process.comm in WRAPPER_COMMANDS:
+        children = [p for p in candidates if p.ppid == process.pid and p.pid not in seen]
+        if not children:
+            break
+        process = children[0]  # candidates are oldest first
+        seen.add(process.pid)
+    return process
+
+
+def descendants(pid: int, processes: list[Process]) -> list[Process]:
+    """The processes below `pid` (children, their children, ...), oldest first."""
+    below: set[int] = {pid}
+    found: list[Process] = []
+    grew = True
+    while grew:
+        grew = False
+        for process in processes:
+            if process.ppid in below and process.pid not in below:
+                below.add(process.pid)
+                found.append(process)
+                grew = True
+    return sorted(found, key=lambda p: (p.start_ticks, p.pid))
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of `pid` so far (/proc/PID/stat: readable for any process)."""
+    stat = read_text(f"/proc/{pid}/stat", 4096)
+    if stat is None:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    try:
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError):
+        return None
 
 
 def describe(process: Process) -> str:

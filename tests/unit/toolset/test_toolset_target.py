@@ -5,9 +5,11 @@ attached one), not a mesh proxy started before the app. Real processes, so their
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from types import ModuleType
@@ -15,6 +17,7 @@ from types import ModuleType
 import pytest
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+NO_SUCH_PID = 2**22  # pid_max is at most 2**22: /proc has none of these, nothing real is read
 Spawn = Callable[[dict[str, str]], int]  # a sleeping process with this environment: its pid
 
 
@@ -66,7 +69,7 @@ def test_another_toolset_container_is_never_the_app(
 def test_a_toolset_whose_environment_is_unreadable_is_known_by_its_script(
         common: ModuleType) -> None:
     """Its scripts run under python3 (their comm): the command line names them."""
-    sidecar = common.Process(pid=2**22 + 7, comm="python3",
+    sidecar = common.Process(pid=NO_SUCH_PID + 7, comm="python3",
                              cmdline=["python3", "/usr/local/bin/toolset-entrypoint"],
                              start_ticks=1, cgroup="0::/pod/sidecar", uid=0)
     assert common.is_toolset(sidecar)  # no such process: its environ cannot be opened
@@ -113,3 +116,59 @@ def test_processes_without_a_readable_cgroup_are_not_grouped(
     app = start({})
     pod(common, monkeypatch, [(sidecar, "python3", ""), (app, "books", "")])
     assert [p.pid for p in common.app_processes()] == [app]
+
+
+def fake(pid: int, comm: str, ppid: int, ticks: int) -> dict[str, object]:
+    return {"pid": NO_SUCH_PID + pid, "comm": comm, "cmdline": [comm], "start_ticks": ticks,
+            "cgroup": "0::/pod/app", "uid": 10001, "ppid": NO_SUCH_PID + ppid}
+
+
+@pytest.mark.parametrize(("tree", "expected"), [
+    # tini -- node app.js: the app is tini's child.
+    ([(10, "tini", 1), (11, "node", 10)], 11),
+    # docker-entrypoint.sh without `exec`: sh -> sh -> java.
+    ([(10, "sh", 1), (11, "bash", 10), (12, "java", 11), (13, "java", 12)], 12),
+    # A wrapper whose child is gone is what there is; a non-wrapper keeps its children.
+    ([(10, "sh", 1)], 10),
+    ([(10, "nginx", 1), (11, "nginx", 10), (12, "nginx", 10)], 10),
+])
+def test_the_app_under_an_entrypoint_wrapper_is_the_default_target(
+        common: ModuleType, monkeypatch: pytest.MonkeyPatch,
+        tree: list[tuple[int, str, int]], expected: int) -> None:
+    records = [common.Process(**fake(pid, comm, ppid, ticks))
+               for ticks, (pid, comm, ppid) in enumerate(tree)]
+    monkeypatch.setattr(common, "all_processes", lambda: records)
+    monkeypatch.setattr(common, "own_cgroup", lambda: "0::/ours")
+    assert common.find_target(None, None).pid == NO_SUCH_PID + expected
+    # --name chooses, nothing is second-guessed.
+    assert common.find_target(None, f"^{tree[0][1]}$").pid == NO_SUCH_PID + tree[0][0]
+
+
+def test_a_master_whose_children_do_the_work_is_named_with_them(common: ModuleType) -> None:
+    """nginx, gunicorn, PostgreSQL: the oldest process forks workers and waits. Recording it
+    alone finds no samples; the line says where the CPU went and which --pid to take."""
+    recording = importlib.import_module("recording")
+    busy = "import time\nend = time.time() + 30\nwhile time.time() < end: pass\n"
+    master = subprocess.Popen([sys.executable, "-c",
+                               f"import subprocess, sys; subprocess.run([sys.executable, "
+                               f"'-c', {busy!r}])"])
+    try:
+        deadline = time.monotonic() + 10
+        while not common.descendants(master.pid, common.all_processes()):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        target = common.read_process(master.pid)
+        before = recording.tree_cpu(target)
+        time.sleep(0.6)
+        [worker] = common.descendants(master.pid, common.all_processes())
+        line = recording.work_elsewhere(master.pid, before)
+        assert line is not None and line.endswith(f"pass --pid {worker.pid}"), line
+        assert line.startswith(f"PID {master.pid} used 0.0") and f"PID {worker.pid} (" in line
+        # The worker recorded itself: its own work, no line.
+        own = recording.work_elsewhere(worker.pid, recording.tree_cpu(worker))
+        assert own is None
+    finally:
+        master.kill()
+        for process in common.descendants(master.pid, common.all_processes()):
+            os.kill(process.pid, 9)
+        master.wait()
