@@ -419,9 +419,10 @@ def test_denials_are_logged_like_injections(
     with caplog.at_level("INFO"):
         answer(settings, FakeCluster(), pod_review(SYSADMIN))
     assert metrics.REVIEWS.labels("denied", "no-rbac-grant")._value.get() == before + 1
+    # log_fields' extra: read as webhook.logs reads it (a LogRecord declares no `fields`).
     fields = next(
-        r.fields for r in caplog.records  # type: ignore[attr-defined]
-        if getattr(r, "fields", {}).get("decision") == "denied"
+        found for found in (getattr(r, "fields", {}) for r in caplog.records)
+        if found.get("decision") == "denied"
     )
     assert fields["pod"] == "ephemeral-pod" and fields["namespace"] == "fixtures"
     assert fields["profile"] == "full" and fields["reason"] == "no-rbac-grant"
