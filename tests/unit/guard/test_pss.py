@@ -343,7 +343,7 @@ def test_long_or_control_character_names_stay_one_short_line() -> None:
 
 def test_an_unknown_level_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="level must be one of baseline, restricted"):
-        pss.evaluate(pod(), "privileged")  # type: ignore[arg-type]  # wrong on purpose
+        pss.evaluate(pod(), "privileged")  # type: ignore[arg-type]  # a bad level on purpose
 
 
 def test_the_registry_refuses_a_broken_registration() -> None:
@@ -368,7 +368,8 @@ def test_the_registry_refuses_a_broken_registration() -> None:
         ([privileged, Check("privileged", "restricted", at(0))], "registered twice"),
         ([Check("bad id", "baseline", at(0))], "not a Pod Security check ID"),
         ([Check("malformed", "baseline", at(0))], "not a Pod Security check ID"),
-        ([Check("x", "privileged", at(0))], "unknown level"),  # type: ignore[arg-type]  # on purpose
+        # A level that is not one, on purpose: validated() must refuse it.
+        ([Check("x", "privileged", at(0))], "unknown level"),  # type: ignore[arg-type]
         ([Check("x", "baseline", ())], "has no version"),
         ([Check("x", "baseline", at(27, 27))], "strictly increasing"),
         ([Check("x", "baseline", at(29, 27))], "strictly increasing"),
