@@ -146,6 +146,7 @@ class Cluster:
         """A `kubernetes.client.ApiClient` for `user`."""
         from kubernetes import config as kube_config
 
+        # The kubernetes package leaves new_client_from_config untyped.
         return kube_config.new_client_from_config(  # type: ignore[no-untyped-call]
             config_file=str(self.kubeconfig_for(user)))
 

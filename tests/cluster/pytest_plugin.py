@@ -23,9 +23,10 @@ Skips happen only when the machine cannot run a cluster (not root for full); in 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
+import pluggy
 import pytest
 
 from tests.cluster.cluster import Cluster, ClusterError
@@ -84,7 +85,9 @@ def full_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None],
+) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
     outcome = yield
     report = outcome.get_result()
     if report.failed and {"lite_cluster", "full_cluster"} & set(getattr(item, "fixturenames", ())):
@@ -103,7 +106,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
                 report.sections.append(("cluster diagnostics", repr(error)))
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config,
+) -> None:
     logs = config.stash.get(_logs_key, [])
     if _failed_with_cluster and logs:
         terminalreporter.write_line(

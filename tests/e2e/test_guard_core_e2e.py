@@ -44,7 +44,8 @@ def stored(cluster: Cluster, namespace: str, manifest: dict[str, Any]) -> dict[s
     """`manifest` created in `namespace`, as the apiserver stores it."""
     created = cluster.kubectl("create", "-n", namespace, "-o", "json", "-f", "-",
                               input=json.dumps(manifest))
-    return json.loads(created.stdout)  # type: ignore[no-any-return]
+    pod: dict[str, Any] = json.loads(created.stdout)
+    return pod
 
 
 def injected_pod(name: str, profile: str, **spec: Any) -> dict[str, Any]:
@@ -53,7 +54,8 @@ def injected_pod(name: str, profile: str, **spec: Any) -> dict[str, Any]:
            "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}], **spec}}
     result = inject_workload(pod, default_settings())
     assert result.changed, result.outcomes
-    return result.document  # type: ignore[no-any-return]
+    injected: dict[str, Any] = result.document  # the pod given, injected
+    return injected
 
 
 def test_every_profiles_sidecar_verifies_as_the_apiserver_stores_it(

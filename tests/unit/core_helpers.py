@@ -11,6 +11,7 @@ from typing import Any
 import kubernetes_validate
 
 from webhook.admission.mutate import Mutator
+from webhook.admission.review import API_VERSION, KIND, Response, Review
 from webhook.config import Settings, load_settings
 from webhook.inject.patch import apply_patch
 from webhook.policy.api import AllowAll
@@ -55,6 +56,15 @@ def admission_review(
             "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
         },
     }
+
+
+def review_around(response: dict[str, Any]) -> Review:
+    """The typed AdmissionReview around a response read as plain JSON (a reply body's
+    "response", or a copy taken as a dict), for decode_patch: uid, allowed and the patch."""
+    typed: Response = {"uid": response["uid"], "allowed": response["allowed"]}
+    if "patch" in response:
+        typed["patch"] = response["patch"]
+    return {"apiVersion": API_VERSION, "kind": KIND, "response": typed}
 
 
 # The admission time of the goldens' sessions (SIDECAR_DEBUG_SESSION_STARTED), fixed.

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.core_helpers import review_around
 from tests.unit.policy.test_policy import ALICE, FakeCluster, make_gate, policy_text
 from webhook.admission.mutate import Mutator
 from webhook.admission.review import decode_patch
@@ -157,7 +158,7 @@ def test_real_1_20_attach_granted_to_the_user_is_admitted_and_marked(settings: S
     assert response["allowed"] is True
     assert response["auditAnnotations"] == {
         "decision": "attached", "reason": "granted-user", "profile": "perf", "grant": "user:alice"}
-    patched = apply_patch(body["request"]["object"], decode_patch({"response": response}))  # type: ignore[typeddict-item]
+    patched = apply_patch(body["request"]["object"], decode_patch(review_around(response)))
     env = patched["ephemeralContainers"][0]["env"]
     assert {"name": constants.ENV_GRANT, "value": "user:alice"} in env
     assert patched["kind"] == "EphemeralContainers"  # the patch fits the 1.20 object
@@ -418,9 +419,10 @@ def test_denials_are_logged_like_injections(
     with caplog.at_level("INFO"):
         answer(settings, FakeCluster(), pod_review(SYSADMIN))
     assert metrics.REVIEWS.labels("denied", "no-rbac-grant")._value.get() == before + 1
+    # log_fields' extra: read as webhook.logs reads it (a LogRecord declares no `fields`).
     fields = next(
-        r.fields for r in caplog.records  # type: ignore[attr-defined]
-        if getattr(r, "fields", {}).get("decision") == "denied"
+        found for found in (getattr(r, "fields", {}) for r in caplog.records)
+        if found.get("decision") == "denied"
     )
     assert fields["pod"] == "ephemeral-pod" and fields["namespace"] == "fixtures"
     assert fields["profile"] == "full" and fields["reason"] == "no-rbac-grant"

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from werkzeug.test import Client
 
+from tests.unit.core_helpers import review_around
 from tests.unit.policy.test_policy import (
     ALICE,
     REPLICASET_CONTROLLER,
@@ -62,7 +63,7 @@ def post(settings: Settings, gate: Any, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def injected_status(response: dict[str, Any]) -> dict[str, Any]:
-    patch = decode_patch({"apiVersion": "", "kind": "", "response": response})  # type: ignore[typeddict-item]
+    patch = decode_patch(review_around(response))
     for op in patch:
         value = op.get("value")
         if op["path"] == "/metadata/annotations/sidecar-debug.io~1status":
@@ -102,5 +103,5 @@ def test_deny_rejects_with_the_grant_named(settings: Settings, tmp_path: Path) -
 def test_overdue_annotation_is_written(settings: Settings, tmp_path: Path) -> None:
     gate = make_gate(settings, FakeCluster(), policy_text("maxSessionDuration: 2h"), tmp_path)
     response = post(settings, gate, review(ALICE, "lttng"))
-    patch = json.dumps(decode_patch({"apiVersion": "", "kind": "", "response": response}))  # type: ignore[typeddict-item]
+    patch = json.dumps(decode_patch(review_around(response)))
     assert "2026-12-02T14:00:00Z" in patch and "overdue-after" in patch

@@ -14,7 +14,7 @@ from webhook.admission.namespace import (
     review_namespace_guard,
     review_namespace_name,
 )
-from webhook.admission.review import Request, Response
+from webhook.admission.review import Operation, Request, Response
 from webhook.config import Settings, load_settings
 
 
@@ -31,12 +31,12 @@ def namespace(name: str, labels: dict[str, str] | None) -> dict[str, Any]:
 
 
 def ns_request(
-    operation: str, new: dict[str, Any] | None, old: dict[str, Any] | None = None
+    operation: Operation, new: dict[str, Any] | None, old: dict[str, Any] | None = None
 ) -> Request:
     request: Request = {
         "uid": "u-1",
         "kind": {"group": "", "version": "v1", "kind": "Namespace"},
-        "operation": operation,  # type: ignore[typeddict-item]
+        "operation": operation,
         "name": "team-a",
         "userInfo": ALICE,
     }
@@ -92,7 +92,7 @@ def test_with_the_grant_it_is_allowed(settings: Settings) -> None:
     ],
 )
 def test_changes_that_do_not_open_the_namespace_need_no_check(
-    settings: Settings, operation: str, new: dict[str, str] | None, old: dict[str, str] | None
+    settings: Settings, operation: Operation, new: dict[str, str] | None, old: dict[str, str] | None
 ) -> None:
     cluster = FakeCluster()
     request = ns_request(
@@ -164,7 +164,7 @@ VERSION = "pod-security.kubernetes.io/enforce-version"
 
 def guard_review(
     settings: Settings, cluster: FakeCluster, new: dict[str, str] | None,
-    old: dict[str, str] | None, operation: str = "UPDATE",
+    old: dict[str, str] | None, operation: Operation = "UPDATE",
 ) -> Response:
     request = ns_request(
         operation,
@@ -199,7 +199,7 @@ def guard_review(
          "unguard-disabled", "pin-older-version", "lower-version", "create-pinned"],
 )
 def test_changing_what_the_guard_holds_needs_the_namespace_guard_grant(
-    settings: Settings, operation: str, new: dict[str, str], old: dict[str, str] | None,
+    settings: Settings, operation: Operation, new: dict[str, str], old: dict[str, str] | None,
     change: str,
 ) -> None:
     cluster = FakeCluster()
@@ -241,7 +241,8 @@ def test_changing_what_the_guard_holds_needs_the_namespace_guard_grant(
          "version-unguarded"],
 )
 def test_changes_that_leave_the_guard_as_it_was_need_no_check(
-    settings: Settings, operation: str, new: dict[str, str] | None, old: dict[str, str] | None,
+    settings: Settings, operation: Operation, new: dict[str, str] | None,
+    old: dict[str, str] | None,
 ) -> None:
     cluster = FakeCluster()
     assert guard_review(settings, cluster, new, old, operation)["allowed"] is True
@@ -317,7 +318,7 @@ NAME_LABEL = "kubernetes.io/metadata.name"
 
 @pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
 @pytest.mark.parametrize("forged", ["kube-system", "sidecar-debug", "", "team-b", "Team-A"])
-def test_a_namespace_cannot_claim_another_name(operation: str, forged: str) -> None:
+def test_a_namespace_cannot_claim_another_name(operation: Operation, forged: str) -> None:
     """The attack of issue 24: `kubectl label ns team-a kubernetes.io/metadata.name=kube-system`
     by someone with only `patch` on the namespace; refused whoever asks, naming the fix."""
     old = namespace("team-a", {"debug": "enabled"}) if operation == "UPDATE" else None

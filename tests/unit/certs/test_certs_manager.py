@@ -367,16 +367,14 @@ def _follow_rotation(
 
 
 def test_a_failing_kind_does_not_block_the_other() -> None:
-    store = FakeStore()
+    class ForbiddenValidating(FakeStore):
+        def read_webhook_configuration(self, kind: str, name: str) -> dict[str, Any] | None:
+            if kind == "ValidatingWebhookConfiguration":
+                raise RuntimeError("403 Forbidden")
+            return super().read_webhook_configuration(kind, name)
+
+    store = ForbiddenValidating()
     store.put("MutatingWebhookConfiguration", HOOK, _webhooks(1))
-    real_read = store.read_webhook_configuration
-
-    def forbidden_validating(kind: str, name: str) -> dict[str, Any] | None:
-        if kind == "ValidatingWebhookConfiguration":
-            raise RuntimeError("403 Forbidden")
-        return real_read(kind, name)
-
-    store.read_webhook_configuration = forbidden_validating  # type: ignore[method-assign]
     manager = _manager(store)
     state = manager.run_once()
     assert store.ca_bundles() == [state.bundle_pem]
@@ -412,20 +410,21 @@ def test_an_api_failure_in_the_loop_is_one_warning_line_then_a_retry(
 ) -> None:
     """An apiserver that answers 500 or not at all (a loaded CI machine) is said in one line
     each round, not as a traceback, and the next round recovers."""
-    store = FakeStore()
+    failures: list[secrets.StoreError] = []
+
+    class FlakyRead(FakeStore):
+        def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+            if failures:
+                raise failures.pop()
+            return super().read_secret(namespace, name)
+
+    store = FlakyRead()
     store.put("MutatingWebhookConfiguration", HOOK, _webhooks(1))
     manager = _manager(store)
     cert_file, key_file = str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")
     first = manager.run_once(cert_file, key_file)
-    real_read = store.read_secret
-    failures = [secrets.StoreError("read_namespaced_secret x: HTTP 500 Internal Server Error")]
-
-    def flaky_read(namespace: str, name: str) -> dict[str, Any] | None:
-        if failures:
-            raise failures.pop()
-        return real_read(namespace, name)
-
-    store.read_secret = flaky_read  # type: ignore[method-assign]
+    failures.append(
+        secrets.StoreError("read_namespaced_secret x: HTTP 500 Internal Server Error"))
     settings = Settings(certificates_mode="self", webhook_namespace=NS)
     with caplog.at_level(logging.WARNING, logger="webhook.certs.rotation"):
         rotation.start_background_maintenance(
@@ -469,6 +468,7 @@ def _api_exception(status: int, reason: str, body: str = "") -> Exception:
 
 
 def test_the_store_turns_api_failures_into_one_line_errors() -> None:
+    from urllib3 import HTTPSConnectionPool
     from urllib3.exceptions import ReadTimeoutError
 
     call = secrets.KubernetesStore._call  # noqa: SLF001 - the one place errors are mapped
@@ -485,8 +485,9 @@ def test_the_store_turns_api_failures_into_one_line_errors() -> None:
     assert str(refused.value) == (
         'read_namespaced_secret tls: HTTP 403 Forbidden: secrets "tls" is forbidden: '
         'User "x" cannot get')
-    timeout = ReadTimeoutError(None, "/api/v1/namespaces/tools/secrets/tls",  # type: ignore[arg-type]
-                               "Read timed out. (read timeout=15.0)")  # fmt: skip
+    timeout = ReadTimeoutError(HTTPSConnectionPool("kubernetes.default.svc", 443),
+                               "/api/v1/namespaces/tools/secrets/tls",
+                               "Read timed out. (read timeout=15.0)")
     for error in (timeout, ConnectionRefusedError(111, "Connection refused")):
         with pytest.raises(secrets.StoreError) as failed:
             call(_ApiCall(error), "tls", NS)

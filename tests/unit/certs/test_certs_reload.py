@@ -14,7 +14,7 @@ import socketserver
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -55,8 +55,12 @@ class _TLSServer(socketserver.ThreadingTCPServer):
         return self.context.wrap_socket(sock, server_side=True), addr
 
 
+# The server_for fixture: starts a TLS echo server on a context, answers its port.
+ServerFor = Callable[[ssl.SSLContext], int]
+
+
 @pytest.fixture
-def server_for() -> Iterator[object]:
+def server_for() -> Iterator[ServerFor]:
     servers: list[_TLSServer] = []
 
     def start(context: ssl.SSLContext) -> int:
@@ -107,12 +111,12 @@ def _write(directory: Path, pair: pki.KeyPair) -> tuple[str, str]:
 
 @pytest.mark.parametrize("sni_name", ["127.0.0.1", "localhost"])
 def test_new_connections_get_the_new_certificate_in_flight_ones_keep_working(
-    tmp_path: Path, ca: pki.KeyPair, server_for: object, sni_name: str
+    tmp_path: Path, ca: pki.KeyPair, server_for: ServerFor, sni_name: str
 ) -> None:
     first, second = _pair(ca), _pair(ca)
     cert_file, key_file = _write(tmp_path, first)
     reloader = tls.CertificateReloader(cert_file, key_file, poll_seconds=3600)
-    port = server_for(reloader.ssl_context())  # type: ignore[operator]
+    port = server_for(reloader.ssl_context())
     client = _client_context(ca)
 
     in_flight = _connect(port, client, sni_name)
@@ -134,12 +138,12 @@ def test_new_connections_get_the_new_certificate_in_flight_ones_keep_working(
 
 
 def test_half_written_pair_is_never_served(
-    tmp_path: Path, ca: pki.KeyPair, server_for: object
+    tmp_path: Path, ca: pki.KeyPair, server_for: ServerFor
 ) -> None:
     first, second = _pair(ca), _pair(ca)
     cert_file, key_file = _write(tmp_path, first)
     reloader = tls.CertificateReloader(cert_file, key_file, poll_seconds=3600)
-    port = server_for(reloader.ssl_context())  # type: ignore[operator]
+    port = server_for(reloader.ssl_context())
     client = _client_context(ca)
     # write_serving_pair writes the key first: this is the moment in between.
     tls.write_private_file(key_file, second.key_pem)
@@ -153,7 +157,7 @@ def test_half_written_pair_is_never_served(
 
 
 def test_watcher_thread_picks_up_kubelet_style_symlink_swap(
-    tmp_path: Path, ca: pki.KeyPair, server_for: object
+    tmp_path: Path, ca: pki.KeyPair, server_for: ServerFor
 ) -> None:
     """kubelet mounts a Secret as KEY -> ..data/KEY with ..data -> ..TIMESTAMP, and swaps
     ..data atomically on update."""
@@ -167,7 +171,7 @@ def test_watcher_thread_picks_up_kubelet_style_symlink_swap(
     reloader = tls.CertificateReloader(
         str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"), poll_seconds=0.05
     )
-    port = server_for(reloader.ssl_context())  # type: ignore[operator]
+    port = server_for(reloader.ssl_context())
     client = _client_context(ca)
     with _connect(port, client) as sock:
         assert _peer(sock) == first.cert
@@ -183,12 +187,12 @@ def test_watcher_thread_picks_up_kubelet_style_symlink_swap(
 
 
 def test_new_ca_is_served_and_verifies_with_the_overlap_bundle(
-    tmp_path: Path, ca: pki.KeyPair, server_for: object
+    tmp_path: Path, ca: pki.KeyPair, server_for: ServerFor
 ) -> None:
     new_ca = pki.generate_ca()
     cert_file, key_file = _write(tmp_path, _pair(ca))
     reloader = tls.CertificateReloader(cert_file, key_file, poll_seconds=3600)
-    port = server_for(reloader.ssl_context())  # type: ignore[operator]
+    port = server_for(reloader.ssl_context())
     overlap = _client_context(ca, new_ca)
     _write(tmp_path, _pair(new_ca))
     reloader.check()

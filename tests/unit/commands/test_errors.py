@@ -170,10 +170,11 @@ def test_bad_input_is_one_line_without_a_traceback(
     (tmp_path / "garbage").write_text("not a certificate\n")
     values = {"tmp": str(tmp_path), "kubeconfig": str(unusable_kubeconfig)}
     argv = [*command.split(), *(a.format(**values) for a in arguments)]
+    got: int | str | None  # main's code, or SystemExit's (an int from argparse)
     try:
         got = main(argv)
     except SystemExit as exit_:  # argparse's own usage errors
-        got = exit_.code  # type: ignore[assignment]
+        got = exit_.code
     err = capsys.readouterr().err
     assert got == code, err
     assert "Traceback" not in err

@@ -101,7 +101,8 @@ def test_explain_offline_granted(capsys: pytest.CaptureFixture[str]) -> None:
         "granted-serviceaccount",
         "serviceaccount:dev:app",
     )
-    assert "sidecar-debug.io/overdue-after" in result["annotations"]  # type: ignore[operator]
+    annotations = result["annotations"]
+    assert isinstance(annotations, dict) and "sidecar-debug.io/overdue-after" in annotations
 
 
 def test_explain_namespace_labels_and_user(capsys: pytest.CaptureFixture[str]) -> None:

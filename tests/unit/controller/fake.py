@@ -75,7 +75,8 @@ class FakeApi:
             if key in self.events:
                 raise ApiError(409, "already exists")
             self.events[key] = json.loads(json.dumps(body))
-            return body  # type: ignore[no-any-return]
+            created: dict[str, Any] = body  # the apiserver answers the object it created
+            return created
         eviction = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction", path)
         if eviction and method == "POST":
             if self.eviction_status:

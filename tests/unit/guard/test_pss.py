@@ -27,9 +27,9 @@ CHECK = "pss.sidecar-debug.io/check"
 FIELD = "pss.sidecar-debug.io/field"
 
 
-def fixture_documents() -> list[tuple[str, Path, int, dict[str, Any]]]:
+def fixture_documents() -> list[tuple[pss.Level, Path, int, dict[str, Any]]]:
     """(level, file, document number, pod) of every fixture."""
-    found: list[tuple[str, Path, int, dict[str, Any]]] = []
+    found: list[tuple[pss.Level, Path, int, dict[str, Any]]] = []
     for level in pss.LEVELS:
         for path in sorted((FIXTURES / level).glob("*.yaml")):
             documents = yaml.load_all(path.read_text(), Loader=_CheckLoader)  # noqa: S506
@@ -41,18 +41,18 @@ def fixture_documents() -> list[tuple[str, Path, int, dict[str, Any]]]:
 FIXTURE_DOCUMENTS = fixture_documents()
 
 
-def fixture_id(item: tuple[str, Path, int, dict[str, Any]]) -> str:
+def fixture_id(item: tuple[pss.Level, Path, int, dict[str, Any]]) -> str:
     level, path, number, pod = item
     return f"{level}/{path.stem}/{number}-{pod['metadata']['name']}"
 
 
 @pytest.mark.parametrize("item", FIXTURE_DOCUMENTS, ids=[fixture_id(i) for i in FIXTURE_DOCUMENTS])
 def test_each_fixture_passes_or_fails_its_one_field(
-    item: tuple[str, Path, int, dict[str, Any]],
+    item: tuple[pss.Level, Path, int, dict[str, Any]],
 ) -> None:
     level, _, _, pod = item
     annotations = pod["metadata"]["annotations"]
-    found = {(v.check, v.field) for v in pss.check_pod(pod, level)}  # type: ignore[arg-type]
+    found = {(v.check, v.field) for v in pss.check_pod(pod, level)}
     if annotations[EXPECT] == "pass":
         assert found == set()
     else:
@@ -343,7 +343,7 @@ def test_long_or_control_character_names_stay_one_short_line() -> None:
 
 def test_an_unknown_level_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="level must be one of baseline, restricted"):
-        pss.evaluate(pod(), "privileged")  # type: ignore[arg-type]
+        pss.evaluate(pod(), "privileged")  # type: ignore[arg-type]  # a bad level on purpose
 
 
 def test_the_registry_refuses_a_broken_registration() -> None:
@@ -368,6 +368,7 @@ def test_the_registry_refuses_a_broken_registration() -> None:
         ([privileged, Check("privileged", "restricted", at(0))], "registered twice"),
         ([Check("bad id", "baseline", at(0))], "not a Pod Security check ID"),
         ([Check("malformed", "baseline", at(0))], "not a Pod Security check ID"),
+        # A level that is not one, on purpose: validated() must refuse it.
         ([Check("x", "privileged", at(0))], "unknown level"),  # type: ignore[arg-type]
         ([Check("x", "baseline", ())], "has no version"),
         ([Check("x", "baseline", at(27, 27))], "strictly increasing"),

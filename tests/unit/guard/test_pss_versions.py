@@ -18,14 +18,22 @@ from webhook.guard.pss.version import Version, v1
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "pss-versions"
 
 
-def fixtures() -> list[tuple[str, Version, str, Path]]:
+def level_of(name: str) -> pss.Level:
+    """A fixture folder's name as the level it is (one of pss.LEVELS)."""
+    for level in pss.LEVELS:
+        if level == name:
+            return level
+    raise AssertionError(f"{name!r} is not a Pod Security level")
+
+
+def fixtures() -> list[tuple[pss.Level, Version, str, Path]]:
     """(level, version, pass|fail, file) of every fixture."""
     found = []
     for path in sorted(FIXTURES.glob("*/v1.*/*/*.yaml")):
         level, version, expect = path.parts[-4], path.parts[-3], path.parts[-2]
         parsed = pss.parse_version(version)
         assert parsed is not None
-        found.append((level, parsed, expect, path))
+        found.append((level_of(level), parsed, expect, path))
     return found
 
 
@@ -42,16 +50,18 @@ def fixture(relative: str) -> dict[str, Any]:
     return load(FIXTURES / relative)
 
 
-def failed(pod: dict[str, Any], level: str, version: str | Version) -> set[str]:
-    return {v.check for v in pss.check_pod(pod, level, version=version)}  # type: ignore[arg-type]
+def failed(pod: dict[str, Any], level: pss.Level, version: str | Version) -> set[str]:
+    return {v.check for v in pss.check_pod(pod, level, version=version)}
 
 
 @pytest.mark.parametrize(
     "item", FIXTURE_FILES, ids=[f"{i[0]}/{i[1]}/{i[2]}/{i[3].stem}" for i in FIXTURE_FILES]
 )
-def test_each_kubernetes_fixture_at_its_version(item: tuple[str, Version, str, Path]) -> None:
+def test_each_kubernetes_fixture_at_its_version(
+    item: tuple[pss.Level, Version, str, Path],
+) -> None:
     level, version, expect, path = item
-    result = pss.evaluate(load(path), level, version=version)  # type: ignore[arg-type]
+    result = pss.evaluate(load(path), level, version=version)
     assert result.allowed == (expect == "pass"), [str(f) for f in result.findings]
     assert result.version.applied == version
 
@@ -77,7 +87,7 @@ def test_the_fixtures_cover_the_versions_where_behaviour_changes() -> None:
     ],
 )
 def test_a_check_changes_at_the_version_pod_security_changed_it(
-    relative: str, level: str, before: str, after: str, check: str
+    relative: str, level: pss.Level, before: str, after: str, check: str
 ) -> None:
     """`before` fails `check` and `after` passes (for a fail fixture the order is reversed:
     it fails from `before`)."""

@@ -73,10 +73,11 @@ def as_admitted(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def sidecar(pod: dict[str, Any]) -> dict[str, Any]:
+    container: dict[str, Any]  # a container of the pod's JSON
     for kind in ("containers", "initContainers"):
         for container in pod["spec"].get(kind, []):
             if container["name"] == "debug-toolset":
-                return container  # type: ignore[no-any-return]
+                return container
     raise AssertionError("no sidecar")
 
 

@@ -806,6 +806,6 @@ def test_a_bug_in_the_gate_injects_nothing(settings: Settings, tmp_path: Path) -
     cluster = Exploding()
     cluster.grant_sa("dev", "app", "full")
     gate = make_gate(settings, cluster)
-    gate._pod_security_warnings = None  # type: ignore[assignment,method-assign]
+    gate._pod_security_warnings = None  # type: ignore[assignment,method-assign]  # a bug on purpose
     result = gate.evaluate(request(settings, "full"))
     assert (profile_name(result), result.allowed, result.reason) == (None, True, "policy-error")

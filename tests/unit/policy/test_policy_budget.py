@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,8 @@ from webhook.policy.loader import (
     load_policy,
     parse_policy_texts,
 )
+from webhook.policy.model import Policy
+from webhook.profiles import Profile
 
 ROOT = Path(__file__).resolve().parents[3]
 PROFILES = load_settings(environ={}).profiles
@@ -95,9 +98,9 @@ def test_a_reload_never_blocks_a_review_and_a_broken_one_keeps_the_last_good(
     release = threading.Event()
     real_load = loader.load_policy
 
-    def slow_load(*args: object, **kwargs: object) -> object:
+    def slow_load(path: str | None, profiles: Mapping[str, Profile]) -> Policy:
         release.wait(10)
-        return real_load(*args, **kwargs)  # type: ignore[arg-type]
+        return real_load(path, profiles)
 
     monkeypatch.setattr(loader, "load_policy", slow_load)
     path.write_text(policy_text("mode: deny"))

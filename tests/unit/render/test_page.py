@@ -111,15 +111,18 @@ def test_named_share_counts_sampled_frames() -> None:
     assert share is not None and share.frames == 3 * 3 + 2 * 3
     assert share.share == pytest.approx((15 - 3 - 3) / 15)
     assert named_share({}) is None
-    assert named_share({("fib", "[unknown]_[k]"): 1}).share == 0.5  # type: ignore[union-attr]
+    kernel = named_share({("fib", "[unknown]_[k]"): 1})
+    assert kernel is not None and kernel.share == 0.5
     toolset: dict[Stack, float] = {
         ("node::Start", "[libuv.so.1.0.0]", "[unwind stopped: libfoo.so]", "fib"): 2}
-    assert named_share(toolset).share == 0.5  # type: ignore[union-attr]
+    marked = named_share(toolset)
+    assert marked is not None and marked.share == 0.5
 
 
 def test_named_share_from_the_recording_wins() -> None:
     stacks: dict[Stack, float] = {("main", "[unknown]"): 4}
-    assert Profile(stacks, meta={"named_share": 0.97}).named().source == "meta.json"  # type: ignore[union-attr]
+    recorded = Profile(stacks, meta={"named_share": 0.97}).named()
+    assert recorded is not None and recorded.source == "meta.json"
     for bad in (1.5, -1, "0.9", True, None, float("nan")):
         named = Profile(stacks, meta={"named_share": bad}).named()
         assert named is not None and (named.source, named.share) == ("frames", 0.5)

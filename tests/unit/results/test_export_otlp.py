@@ -428,16 +428,17 @@ def test_the_service_names_the_app_for_exports() -> None:
     then app.kubernetes.io/instance, app.kubernetes.io/name, then (ours) app."""
     from webhook.results.service import app_identity
 
-    pod = {"metadata": {"uid": "u-1", "labels": {"app.kubernetes.io/name": "books",
-                                                 "app.kubernetes.io/version": "2.0",
-                                                 "app": "other"}},
-           "spec": {"containers": [{"name": "debug-toolset"}, {"name": "books"}]}}
+    pod: dict[str, Any] = {
+        "metadata": {"uid": "u-1", "labels": {"app.kubernetes.io/name": "books",
+                                              "app.kubernetes.io/version": "2.0",
+                                              "app": "other"}},
+        "spec": {"containers": [{"name": "debug-toolset"}, {"name": "books"}]}}
     assert app_identity(pod, "debug-toolset") == {
         "serviceName": "books", "serviceVersion": "2.0", "podUid": "u-1",
         "appContainer": "books"}
-    pod["metadata"]["labels"]["app.kubernetes.io/instance"] = "books-eu"  # type: ignore[index]
+    pod["metadata"]["labels"]["app.kubernetes.io/instance"] = "books-eu"
     assert app_identity(pod, "debug-toolset")["serviceName"] == "books-eu"
-    pod["metadata"]["annotations"] = {  # type: ignore[index]
+    pod["metadata"]["annotations"] = {
         "resource.opentelemetry.io/service.name": "catalogue",
         "resource.opentelemetry.io/service.version": "2.0.1"}
     named = app_identity(pod, "debug-toolset")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,11 +19,13 @@ from flask.testing import FlaskClient
 
 from tests.unit.schedules.test_plan import SETTINGS, Rules, namespace, pod
 from webhook.config import Settings
+from webhook.kube.access import AccessCheck
 from webhook.kube.api import ApiError
 from webhook.profiles import ProfileSet
 from webhook.results import failures, metrics
-from webhook.results.auth import AgentIdentity, AuthError
+from webhook.results.auth import AgentIdentity, Authenticator, AuthError, User
 from webhook.results.failures import FailureReport, Notifier, ReportError
+from webhook.results.mirror import Mirror
 from webhook.results.planner import SUSPEND_AFTER, Planner, fingerprint
 from webhook.results.service import Retention, Service, create_service_app
 from webhook.results.store import Store
@@ -310,40 +311,53 @@ def test_a_tampered_state_file_is_read_as_data(tmp_path: Path) -> None:
 
 # --- the service: the endpoint, the failed run on the page ----------------------------------
 
-class Auth:
+class NoReviewer:
+    """The Reviewer behind Auth: never asked (Auth answers every question itself)."""
+
+    def token_review(self, token: str, audiences: tuple[str, ...], timeout: float
+                     ) -> dict[str, Any]:
+        raise AssertionError("Auth reviews no token")
+
+    def access_allowed(self, check: AccessCheck, timeout: float) -> bool:
+        raise AssertionError("Auth asks no access review")
+
+
+class Auth(Authenticator):
     """Agents: the token is the pod's name. Readers: the token is the user; `readers` says
     which namespaces each may read."""
 
     readers = {"alice": {"shop"}, "bob": set()}
 
-    def agent(self, header: str | None, pod_header: str | None) -> AgentIdentity:
+    def __init__(self) -> None:
+        super().__init__(NoReviewer(), "sidecar-debug.io/results/test")
+
+    def agent(self, header: str | None, claimed_pod: str | None) -> AgentIdentity:
         name = (header or "").removeprefix("Bearer ")
         return AgentIdentity("shop", "default", name, f"uid-{name}")
 
-    def reader(self, header: str | None) -> str:
+    def reader(self, header: str | None) -> User:
         user = (header or "").removeprefix("Bearer ")
         if user not in self.readers:
             raise AuthError(401, "no token")
-        return user
+        return User(user, f"uid-{user}", ())
 
-    def can_read(self, user: Any, namespace: str) -> bool:
-        return namespace in self.readers[user]
+    def can_read(self, user: User, namespace: str) -> bool:
+        return namespace in self.readers[user.name]
 
 
-class Pods:
-    """The service's watch of pods (webhook.results.mirror.Mirror), fixed."""
+class Pods(Mirror):
+    """The service's watch of pods (webhook.results.mirror.Mirror), fixed: never started."""
 
     def __init__(self, *items: dict[str, Any]) -> None:
-        self.items = {item["metadata"]["name"]: item for item in items}
-        self.ready = threading.Event()
+        super().__init__("pods", lambda **_: None)
+        self.fixed = {item["metadata"]["name"]: item for item in items}
         self.ready.set()
-        self.on_deleted: list[Any] = []
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.items.get(name) if namespace == "shop" else None
+        return self.fixed.get(name) if namespace == "shop" else None
 
     def in_namespace(self, namespace: str) -> list[dict[str, Any]]:
-        return list(self.items.values()) if namespace == "shop" else []
+        return list(self.fixed.values()) if namespace == "shop" else []
 
 
 class Namespaces(Pods):
@@ -363,8 +377,8 @@ class Running:
 def running(tmp_path: Path) -> Iterator[Running]:
     web = pod("web", annotation=EVERY_MINUTE)
     api, clock = FakeApi(), Clock()
-    service = Service(tmp_path, Auth(), Planner(SETTINGS, Rules(), tmp_path),  # type: ignore[arg-type]
-                      Pods(web), Namespaces(), Retention(None, None),  # type: ignore[arg-type]
+    service = Service(tmp_path, Auth(), Planner(SETTINGS, Rules(), tmp_path),
+                      Pods(web), Namespaces(), Retention(None, None),
                       clock=clock, notifier=Notifier(api, identity="r", clock=clock))
     yield Running(create_service_app(service).test_client(), service, api, clock)
 

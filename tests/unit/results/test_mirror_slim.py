@@ -17,8 +17,9 @@ from webhook.wire.pod import service_account
 def test_a_wired_pod_is_kept_small_and_plans_as_before() -> None:
     full = pod("web")
     kept = slim(full, SETTINGS)
-    assert plans.toolset_of(kept, SETTINGS) == plans.toolset_of(full, SETTINGS) is not None
-    assert plans.toolset_of(kept, SETTINGS).has_token  # type: ignore[union-attr]
+    toolset = plans.toolset_of(kept, SETTINGS)
+    assert toolset == plans.toolset_of(full, SETTINGS) is not None
+    assert toolset is not None and toolset.has_token
     assert service_account(kept) == service_account(full)
     assert [c["name"] for c in kept["spec"]["containers"]] == [
         c["name"] for c in full["spec"]["containers"]]

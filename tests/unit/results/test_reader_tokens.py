@@ -191,9 +191,9 @@ class TokenAPI:
         self.requests.append((namespace, name, body.spec.audiences,
                               body.spec.expiration_seconds))
         if self.status is not None:
-            error = Exception("forbidden")
-            error.status, error.reason = self.status, "Forbidden"  # type: ignore[attr-defined]
-            raise error
+            from kubernetes.client.exceptions import ApiException
+
+            raise ApiException(status=self.status, reason="Forbidden")
         token = bound(namespace, name, body.spec.audiences[0]) + f"-{len(self.requests)}"
         expiry = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=body.spec.expiration_seconds)
         return argparse.Namespace(status=argparse.Namespace(token=token,

@@ -9,11 +9,14 @@ import importlib.machinery
 import importlib.util
 import json
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
+from webhook.sessions import session as sessions
 from webhook.sessions.session import ExecResult
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -119,16 +122,14 @@ TRIGGER = {"metric": "psi-some", "threshold": 20, "value": 35.5, "time": 1796284
            "secondsBefore": 5, "secondsAfter": 2, "frequency": 99, "source": "cgroup"}
 
 
-class FakeSession:
+class FakeSession(sessions.Session):
     """What trap() needs of a session: exec answers 0, fetch hands over the given files as the
     pod would (the real exec and copy-back are tested in tests/unit/sessions and e2e)."""
-
-    namespace, pod = "shop", "web-1"
 
     def __init__(self, summary: bytes, trigger: bytes) -> None:
         import io
 
-        self.err = io.StringIO()
+        super().__init__(api_client=None, pod="web-1", namespace="shop", err=io.StringIO())
         self.commands: list[list[str]] = []
         self.files = {"summary.txt": summary, "trigger.json": trigger}
 
@@ -138,19 +139,20 @@ class FakeSession:
     def progress(self, chunk: str) -> None:
         pass
 
-    def exec(self, command: list[str], **kwargs: object) -> ExecResult:
-        self.commands.append(command)
+    def exec(self, command: Sequence[str], **kwargs: Any) -> ExecResult:
+        self.commands.append(list(command))
         return ExecResult(0, "", "")
 
-    def fetch(self, remote: str, destinations: dict[str, Path], *, read: list[str],
-              force: bool, container: str) -> dict[str, bytes]:
+    def fetch(self, remote_dir: str, destinations: Mapping[str, Path], *,
+              read: Sequence[str] = (), read_if_there: Sequence[str] = (), force: bool = False,
+              container: str | None = None) -> dict[str, bytes]:
         for name, path in destinations.items():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("node;main;fib 40\n" if name == "stacks.folded" else "x")
         return {name: self.files[name] for name in read}
 
-    def remove_remote(self, remote: str, container: str) -> None:
-        self.commands.append(["rm", remote])
+    def remove_remote(self, remote_dir: str, container: str | None = None) -> None:
+        self.commands.append(["rm", remote_dir])
 
 
 def _trap_args(tmp_path: Path) -> argparse.Namespace:
@@ -170,7 +172,7 @@ def test_cli_runs_trap_in_the_toolset_and_stores_the_run(tmp_path: Path,
     args = _trap_args(tmp_path)
     assert trap_cli.usage_problem(args) is None
     session = FakeSession(b"trap: psi-some reached 35.5 %\n", json.dumps(TRIGGER).encode())
-    assert trap_cli.trap(session, args) == 0  # type: ignore[arg-type]
+    assert trap_cli.trap(session, args) == 0
     command = session.commands[0]
     assert command[:3] == ["trap", "--psi-some", "20"]
     assert command[command.index("--seconds-before") + 1] == "5"

@@ -136,7 +136,8 @@ def test_several_installations_must_be_chosen(monkeypatch: pytest.MonkeyPatch) -
 
 class PodSession(sessions.Session):
     def __init__(self, pod: dict[str, Any], **kw: Any) -> None:
-        super().__init__(api_client=None, pod="web", namespace="shop", err=io.StringIO(), **kw)
+        self.stderr = io.StringIO()  # what the session writes to err, typed as the StringIO
+        super().__init__(api_client=None, pod="web", namespace="shop", err=self.stderr, **kw)
         self.manifest = pod
 
     def read_pod(self) -> dict[str, Any]:
@@ -176,7 +177,7 @@ def test_attach_on_1_20_puts_an_ephemeralcontainers_object_from_the_settings(
                                           "mountPath": "/var/run/lttng"}]
     assert {"name": constants.ENV_PROFILE, "value": "root"} in container["env"]
     assert capsys.readouterr().out.splitlines()[0] == container["name"]
-    assert "forbids a securityContext" in session.err.getvalue()  # type: ignore[attr-defined]
+    assert "forbids a securityContext" in session.stderr.getvalue()
 
 
 def test_attach_on_1_23_patches_the_pod_with_the_profiles_security_context(

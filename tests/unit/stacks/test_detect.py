@@ -8,13 +8,14 @@ import gzip
 import json
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.stacks import MAX_DEPTH, InputError, detect, folded, pprof, speedscope
+from webhook.stacks import MAX_DEPTH, InputError, Stack, detect, folded, pprof, speedscope
 
 FOLDED = "main;handle;fib 60\nmain;handle;render 15\nmain;io_wait 25\n"
 STACKS = folded.parse(FOLDED)
@@ -27,8 +28,10 @@ STACKS = folded.parse(FOLDED)
     pytest.param(lambda s: pprof.encode(s), id="pprof.gz"),
     pytest.param(lambda s: gzip.decompress(pprof.encode(s)), id="pprof"),
 ])
-def test_every_format_reads_back_to_the_stacks(encode: object) -> None:
-    loaded = detect.load(encode(STACKS))  # type: ignore[operator]
+def test_every_format_reads_back_to_the_stacks(
+    encode: Callable[[dict[Stack, int]], bytes],
+) -> None:
+    loaded = detect.load(encode(STACKS))
     assert loaded.stacks == STACKS and loaded.unit == "samples"
 
 

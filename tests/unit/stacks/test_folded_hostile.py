@@ -60,7 +60,7 @@ def test_what_it_accepts_is_unchanged() -> None:
 
 def test_non_text_is_refused() -> None:
     with pytest.raises(folded.FoldedError, match="expected text, got bytes"):
-        folded.parse(b"a 1\n")  # type: ignore[arg-type]
+        folded.parse(b"a 1\n")  # type: ignore[arg-type]  # bytes on purpose: refused at run time
 
 
 # Lines assembled from the pieces that break parsers: digits of all kinds, separators,
