@@ -64,6 +64,12 @@ def test_a_stripped_binary_is_named_through_debuginfod(runtime_images: None,
         assert "fib_recursive" not in folded and "run_round" not in folded
         assert "hot" not in meta["debug_symbols"], meta
         without = meta["named_share"]
+        # The summary says whose symbols are missing and what would name them.
+        [missing] = [w for w in meta["warnings"] if "unnamed" in w]
+        assert re.fullmatch(r"\d+ % of the frames are unnamed, in hot \d+ %.* of the frames: "
+                            r"they have no symbol table; with the chart's "
+                            r"toolset\.debuginfod\.urls .*", missing), missing
+        assert f"warning: {missing}" in unnamed.stdout, unnamed.stdout
         # With it: named, from debuginfod, then from the cache.
         fetched = record(played, *APP, out="/tmp/fg-debuginfod")
         assert fetched.meta["debug_symbols"]["hot"] == "debuginfod", fetched.meta
@@ -71,7 +77,8 @@ def test_a_stripped_binary_is_named_through_debuginfod(runtime_images: None,
         assert max(weights, key=lambda leaf: weights[leaf]) == "fib_recursive", weights
         assert "run_round" in fetched.folded and "main" in fetched.folded
         assert fetched.meta["named_share"] >= 0.95, fetched.meta
-        assert not any("debuginfod" in w for w in fetched.meta["warnings"]), fetched.meta
+        assert not any("debuginfod" in w or "unnamed" in w
+                       for w in fetched.meta["warnings"]), fetched.meta
         cached = record(played, *APP, out="/tmp/fg-cached")
         assert cached.meta["debug_symbols"]["hot"] == "debuginfod (cached)", cached.meta
         assert cached.meta["named_share"] >= 0.95, cached.meta

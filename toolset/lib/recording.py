@@ -719,6 +719,27 @@ def work_elsewhere(target: int, before: dict[int, tuple[str, float]]) -> str | N
             f"{children[0][1]}")
 
 
+MISSING_SYMBOLS_BELOW = 0.9  # named share under which the summary says whose symbols are missing
+
+
+def missing_symbols(folded: stacks_unwind.Folded, debuginfod: bool) -> str | None:
+    """One line when many frames went unnamed: the binaries they are in (the most first,
+    their share of the frames) and what would name them."""
+    if not folded.frames or folded.named_share >= MISSING_SYMBOLS_BELOW:
+        return None
+    worst = sorted(folded.unnamed.items(), key=lambda item: (-item[1], item[0]))[:3]
+    if not worst:
+        return None
+    listed = ", ".join(f"{common.printable(binary)} {100 * weight / folded.frames:.0f} %"
+                       for binary, weight in worst)
+    how = ("neither this image's debug files nor the debuginfod servers (DEBUGINFOD_URLS) "
+           "had their symbols" if debuginfod else
+           "they have no symbol table; with the chart's toolset.debuginfod.urls (Debian: "
+           "https://debuginfod.debian.net) the toolset fetches their debug files by build-id")
+    return (f"{100 * (1 - folded.named_share):.0f} % of the frames are unnamed, in {listed} "
+            f"of the frames: {how}")
+
+
 def record_run(options: Options, work: str) -> Run:
     """Record, unwind and fold; write WORK/stacks.folded and WORK/meta.json. Raises
     RecordingFailed (after writing meta.json with the error) when it cannot."""
@@ -745,6 +766,9 @@ def record_run(options: Options, work: str) -> Run:
                    if options.type == "cpu" else ""))
         if elsewhere and options.type == "cpu":
             run.warnings.append(elsewhere)
+        unnamed = missing_symbols(run.folded, bool(debuginfo.config(os.environ).urls))
+        if unnamed:
+            run.warnings.append(unnamed)
     except RecordingFailed as failure:
         meta.update(failure.as_meta())
         write_json(os.path.join(work, "meta.json"), meta)

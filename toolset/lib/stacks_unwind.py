@@ -522,6 +522,8 @@ class Folded:
     depth_total: int = 0
     max_depth: int = 0
     stopped: int = 0  # samples whose unwinding stopped early
+    # Unnamed frames by their binary (weighted as `frames`): where symbols are missing.
+    unnamed: dict[str, int] = field(default_factory=dict)
 
     def add(self, frames: list[Frame], weight: int, events: int = 0) -> None:
         if not frames:
@@ -533,6 +535,9 @@ class Folded:
         counted = sum(1 for frame in frames if frame.named is not None)
         self.frames += counted * weight
         self.named += sum(1 for frame in frames if frame.named) * weight
+        for frame in frames:
+            if frame.named is False and frame.library:
+                self.unnamed[frame.library] = self.unnamed.get(frame.library, 0) + weight
         self.depth_total += len(frames) * weight
         self.max_depth = max(self.max_depth, len(frames))
         if frames[-1].name.startswith("[unwind stopped"):

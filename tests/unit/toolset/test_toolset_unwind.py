@@ -429,3 +429,25 @@ def test_phases_count_the_cpu_of_waited_children(lib: dict[str, ModuleType]) -> 
     phases.done("unwind")
     assert phases.cpu["perf"] > 0.01 and phases.wall["perf"] >= phases.cpu["perf"] / 4
     assert set(phases.wall) == set(phases.cpu) == {"perf", "unwind"}
+
+
+def test_the_summary_says_whose_symbols_are_missing(lib: dict[str, ModuleType]) -> None:
+    """Many unnamed frames: one line naming the binaries (the most first) and the fix; a
+    binary's name is the app's text, shown escaped."""
+    unwind, recording = lib["stacks_unwind"], lib["recording"]
+    frame = unwind.Frame
+    folded = unwind.Folded()
+    stack = [frame("main", True), frame("[nginx+0x10]", False, "nginx"),
+             frame("[nginx+0x20]", False, "nginx"), frame("[libz\x1b[2J.so+0x1]", False,
+                                                          "libz\x1b[2J.so")]
+    folded.add(list(reversed(stack)), 10)
+    line = recording.missing_symbols(folded, debuginfod=False)
+    assert line == ("75 % of the frames are unnamed, in nginx 50 %, libz\\x1b[2J.so 25 % of "
+                    "the frames: they have no symbol table; with the chart's "
+                    "toolset.debuginfod.urls (Debian: https://debuginfod.debian.net) the "
+                    "toolset fetches their debug files by build-id")
+    assert "debuginfod servers (DEBUGINFOD_URLS) had" in str(
+        recording.missing_symbols(folded, debuginfod=True))
+    named = unwind.Folded()
+    named.add([frame("f", True)] * 19 + [frame("[x+0x1]", False, "x")], 1)
+    assert recording.missing_symbols(named, debuginfod=False) is None  # 95 % named
