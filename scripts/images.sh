@@ -34,7 +34,7 @@ TOOLSET_SLIM_IMAGE="localhost/sidecar-debug/toolset-slim:${VERSION}"
 # Sample apps, one per runtime the flame graphs are tested with (docs/techniques.md). Those whose
 # name ends in -trixie are built from the Debian 13 base; go-trixie from samples/go (one
 # Dockerfile, Debian 13's Go instead of Debian 12's).
-SAMPLE_IMAGES=(node node-official python c c-stripped go java python-trixie go-trixie)
+SAMPLE_IMAGES=(node node-official python c c-stripped go java python-trixie go-trixie nginx)
 # Samples that run another sample's app: their build context is samples/ (the Dockerfile copies
 # e.g. node/app.js), and that app is one of their inputs.
 declare -A SAMPLE_APP=([node-official]=samples/node/app.js [c-stripped]=samples/c/hot.c)

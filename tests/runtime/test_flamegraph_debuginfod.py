@@ -67,7 +67,7 @@ def test_a_stripped_binary_is_named_through_debuginfod(runtime_images: None,
         # The summary says whose symbols are missing and what would name them.
         [missing] = [w for w in meta["warnings"] if "unnamed" in w]
         assert re.fullmatch(r"\d+ % of the frames are unnamed, in hot \d+ %.* of the frames: "
-                            r"they have no symbol table; with the chart's "
+                            r"no symbol table here names them; with the chart's "
                             r"toolset\.debuginfod\.urls .*", missing), missing
         assert f"warning: {missing}" in unnamed.stdout, unnamed.stdout
         # With it: named, from debuginfod, then from the cache.

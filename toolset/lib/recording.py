@@ -734,7 +734,7 @@ def missing_symbols(folded: stacks_unwind.Folded, debuginfod: bool) -> str | Non
                        for binary, weight in worst)
     how = ("neither this image's debug files nor the debuginfod servers (DEBUGINFOD_URLS) "
            "had their symbols" if debuginfod else
-           "they have no symbol table; with the chart's toolset.debuginfod.urls (Debian: "
+           "no symbol table here names them; with the chart's toolset.debuginfod.urls (Debian: "
            "https://debuginfod.debian.net) the toolset fetches their debug files by build-id")
     return (f"{100 * (1 - folded.named_share):.0f} % of the frames are unnamed, in {listed} "
             f"of the frames: {how}")

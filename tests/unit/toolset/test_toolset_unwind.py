@@ -443,7 +443,7 @@ def test_the_summary_says_whose_symbols_are_missing(lib: dict[str, ModuleType]) 
     folded.add(list(reversed(stack)), 10)
     line = recording.missing_symbols(folded, debuginfod=False)
     assert line == ("75 % of the frames are unnamed, in nginx 50 %, libz\\x1b[2J.so 25 % of "
-                    "the frames: they have no symbol table; with the chart's "
+                    "the frames: no symbol table here names them; with the chart's "
                     "toolset.debuginfod.urls (Debian: https://debuginfod.debian.net) the "
                     "toolset fetches their debug files by build-id")
     assert "debuginfod servers (DEBUGINFOD_URLS) had" in str(
