@@ -56,6 +56,9 @@ ATTACH_APP_CPU = "30m"
 # line: at APP_CPU, Debian's Node had not yet optimized its hot function 11 s after it (the
 # interpreter's builtins, hidden in libnode, were the hottest frames: the CI run of 2026-12-06).
 WARM_SECONDS = 30
+# Scheduled runs wait for the namespace's fair share (maxConcurrentRunsPerNamespace) and, when
+# early, for the next minute: the last of 16 came 231 s after its pod was ready (2026-12-06).
+SCHEDULE_TIMEOUT = 420
 FREQUENCY = 499
 CANNOT_APPLY_CAPS = "unable to apply caps: operation not permitted"
 # Capability numbers (linux/capability.h) of the profiles' `add` lists.
@@ -316,7 +319,7 @@ def attached_cells(cluster: Cluster, namespace: str, runtime: str, profiles: Ite
 
 def run(cluster: Cluster, namespace: str, workdir: Path, *,
         runtimes: Iterable[str] = RUNTIMES, profiles: Iterable[str] = PROFILES,
-        seconds: int = 3, parallel: int = 2, schedule_timeout: float = 240,
+        seconds: int = 3, parallel: int = 2, schedule_timeout: float = SCHEDULE_TIMEOUT,
         log: Callable[[str], None] = print) -> list[Cell]:
     """Every cell, concurrently; the namespace must exist (prepare_namespace), the chart be
     installed with results.enabled=true. Leaves the pods running (the namespace is the
