@@ -106,14 +106,18 @@ class Process:
         return None
 
 
+def stat_fields(stat: str) -> list[str]:
+    """The fields of a /proc/PID/stat text after the command name (field 3, the state, is
+    [0]): the name is in parentheses and may itself hold spaces and parentheses."""
+    return stat[stat.rfind(")") + 2 :].split()
+
+
 def read_process(pid: int) -> Process | None:
     stat = read_text(f"/proc/{pid}/stat")
     if stat is None:
         return None
-    # comm is in parentheses and may contain spaces or parentheses itself.
-    close = stat.rfind(")")
-    comm = stat[stat.find("(") + 1 : close]
-    fields = stat[close + 2 :].split()
+    comm = stat[stat.find("(") + 1 : stat.rfind(")")]
+    fields = stat_fields(stat)
     start_ticks = int(fields[19])  # field 22 of /proc/PID/stat
     raw_cmdline = read_text(f"/proc/{pid}/cmdline") or ""
     cmdline = [arg for arg in raw_cmdline.split("\0") if arg]
@@ -265,7 +269,7 @@ def cpu_seconds(pid: int) -> float | None:
     stat = read_text(f"/proc/{pid}/stat", 4096)
     if stat is None:
         return None
-    fields = stat[stat.rfind(")") + 2 :].split()
+    fields = stat_fields(stat)
     try:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (IndexError, ValueError):
